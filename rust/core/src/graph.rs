@@ -1,0 +1,1 @@
+//! Graph model of graph.json: load, validate, topologically order and write atomically.

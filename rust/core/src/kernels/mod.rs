@@ -1,0 +1,1 @@
+//! Fused kernels: SIMD, multithreaded attention and the fused attention block.

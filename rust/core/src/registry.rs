@@ -1,0 +1,1 @@
+//! The op registry (ops.json, shared with the Python checker): arity, attribute types, commutativity.

@@ -1,0 +1,12 @@
+//! pyo3 binding layer: exposes rlx-rules-core to Python as `rlx_rules._native`; no logic lives here.
+
+use pyo3::prelude::*;
+
+mod kernels;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    kernels::register(m)?;
+    Ok(())
+}
