@@ -1,1 +1,550 @@
 //! Graph model of graph.json: load, validate, topologically order and write atomically.
+//!
+//! The format is documented in `docs/graph-format.md`. Loading runs in three steps:
+//! [`load`] reads the JSON leniently into raw records (so a wrong type becomes an error that
+//! names the node and the field, not a bare serde position), [`Graph::validate`] checks the
+//! structure against the [`Registry`], and [`Graph::toposort`] orders the nodes. [`write`] prints
+//! the graph back, keeping unknown fields.
+
+mod load;
+mod write;
+
+use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::fmt;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::registry::Registry;
+
+/// The id of a node, unique within a graph.
+pub type NodeId = u64;
+
+/// The `format` string a graph.json must carry.
+pub const GRAPH_FORMAT: &str = "rlx-graph";
+/// The graph.json `version` this crate reads and writes.
+pub const GRAPH_VERSION: u64 = 1;
+
+/// One dimension of a shape: a static size, or a symbolic name (`"batch"`; the same name means the
+/// same size). JSON: an integer ≥ 0 or a non-empty string.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Static(i64),
+    Symbolic(String),
+}
+
+impl Dim {
+    /// The size, if static.
+    pub fn as_static(&self) -> Option<i64> {
+        match self {
+            Dim::Static(n) => Some(*n),
+            Dim::Symbolic(_) => None,
+        }
+    }
+
+    /// Whether the size is known.
+    pub fn is_static(&self) -> bool {
+        matches!(self, Dim::Static(_))
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Static(n) => write!(f, "{n}"),
+            Dim::Symbolic(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// One node of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub id: NodeId,
+    pub op: String,
+    pub name: Option<String>,
+    pub inputs: Vec<NodeId>,
+    /// Attributes, in the order they were read.
+    pub attrs: Map<String, Value>,
+    pub shape: Option<Vec<Dim>>,
+    pub dtype: Option<String>,
+    /// Node fields this crate does not know, kept through a round trip.
+    pub extra: Map<String, Value>,
+}
+
+impl Node {
+    /// A node with no inputs, attributes, shape or dtype.
+    pub fn new(id: NodeId, op: impl Into<String>) -> Node {
+        Node {
+            id,
+            op: op.into(),
+            name: None,
+            inputs: Vec::new(),
+            attrs: Map::new(),
+            shape: None,
+            dtype: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// How the node is named in messages: `node 12 ("qkv")`, or `node 12`.
+    pub fn label(&self) -> String {
+        node_label(self.id, self.name.as_deref())
+    }
+}
+
+pub(crate) fn node_label(id: NodeId, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("node {id} ({})", quote(name)),
+        None => format!("node {id}"),
+    }
+}
+
+/// A JSON string literal for `s`, for messages.
+pub(crate) fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("\"{s}\""))
+}
+
+/// A graph: nodes (topologically ordered after loading) and the ids of its outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    pub name: Option<String>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<NodeId>,
+    /// Top-level fields other than format, version, name, nodes and outputs, kept through a round trip.
+    pub extra: Map<String, Value>,
+}
+
+/// What went wrong while loading, validating or writing a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphErrorKind {
+    /// Not JSON (syntax, end of input, nesting too deep, number out of range).
+    Json,
+    /// JSON, but not a graph.json: wrong `format` or `version`, a missing or mistyped field, a bad dim.
+    Format,
+    DuplicateId,
+    DanglingInput,
+    Cycle,
+    BadOutput,
+    Arity,
+    AttrType,
+    Io,
+}
+
+/// An error that names the node and the field at fault.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GraphError {
+    pub kind: GraphErrorKind,
+    pub message: String,
+}
+
+impl GraphError {
+    pub fn new(kind: GraphErrorKind, message: impl Into<String>) -> GraphError {
+        GraphError { kind, message: message.into() }
+    }
+}
+
+impl fmt::Display for GraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for GraphError {}
+
+/// Something accepted but worth telling: an op or attribute the registry does not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    pub node: Option<NodeId>,
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new(name: Option<String>) -> Graph {
+        Graph { name, nodes: Vec::new(), outputs: Vec::new(), extra: Map::new() }
+    }
+
+    /// Parse, validate and topologically order a graph.json document.
+    pub fn from_json_str(text: &str, registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
+        Graph::from_json_slice(text.as_bytes(), registry)
+    }
+
+    /// [`Graph::from_json_str`] on bytes (UTF-8 JSON).
+    pub fn from_json_slice(bytes: &[u8], registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
+        let mut graph = load::parse(bytes)?;
+        let (warnings, order) = graph.check(registry)?;
+        if let Some(order) = order {
+            graph.apply_order(&order);
+        }
+        Ok((graph, warnings))
+    }
+
+    /// Read, validate and topologically order a graph.json file. Errors start with the path.
+    pub fn from_path(path: &Path, registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            GraphError::new(GraphErrorKind::Io, format!("cannot read {}: {e}", path.display()))
+        })?;
+        Graph::from_json_slice(&bytes, registry).map_err(|e| GraphError {
+            kind: e.kind,
+            message: format!("{}: {}", path.display(), e.message),
+        })
+    }
+
+    /// Check an in-memory graph as loading does: unique ids, existing inputs, no cycle, outputs
+    /// that are nodes, arity and attribute types from the registry, valid dims. The nodes need not
+    /// be in topological order (see [`Graph::toposort`]).
+    pub fn validate(&self, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
+        self.check(registry).map(|(warnings, _)| warnings)
+    }
+
+    /// Order the nodes topologically, stably: Kahn's algorithm that always takes the earliest ready
+    /// node in the current order, so an ordered graph is left unchanged.
+    pub fn toposort(&mut self) -> Result<(), GraphError> {
+        let index = self.id_index()?;
+        self.check_inputs(&index)?;
+        if let Some(order) = self.topo_order(&index)? {
+            self.apply_order(&order);
+        }
+        Ok(())
+    }
+
+    /// Map from node id to position in `nodes`; a `DuplicateId` error if two nodes share an id.
+    pub fn id_index(&self) -> Result<HashMap<NodeId, usize>, GraphError> {
+        let mut index = HashMap::with_capacity(self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(first) = index.insert(node.id, i) {
+                let other = &self.nodes[first];
+                return Err(GraphError::new(
+                    GraphErrorKind::DuplicateId,
+                    format!(
+                        "{}: id {} is already used by the node at index {first} ({}) (field \"id\")",
+                        node.label(),
+                        node.id,
+                        other.label()
+                    ),
+                ));
+            }
+        }
+        Ok(index)
+    }
+
+    /// The node with this id (a linear scan; build [`Graph::id_index`] for many lookups).
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// One past the largest id in use (0 for an empty graph): a fresh id for a new node.
+    pub fn next_id(&self) -> NodeId {
+        self.nodes.iter().map(|n| n.id.saturating_add(1)).max().unwrap_or(0)
+    }
+
+    /// Compact JSON; nodes in topological order (the current order, if the graph has a cycle).
+    pub fn to_json_string(&self) -> String {
+        write::to_string(self, false)
+    }
+
+    /// Indented JSON with one node per line (diff-friendly); nodes in topological order.
+    pub fn to_json_string_pretty(&self) -> String {
+        write::to_string(self, true)
+    }
+
+    /// Write the graph to `path` through a temporary file in the same folder, synced and renamed
+    /// over `path`, so that `path` never holds a half-written graph.
+    pub fn write_atomic(&self, path: &Path, pretty: bool) -> Result<(), GraphError> {
+        let text = if pretty { self.to_json_string_pretty() } else { self.to_json_string() };
+        write::write_atomic(path, text.as_bytes())
+    }
+
+    /// All checks of [`Graph::validate`]; also returns a topological order when the current one
+    /// is not (`None`: already ordered).
+    fn check(&self, registry: &Registry) -> Result<(Vec<Warning>, Option<Vec<usize>>), GraphError> {
+        let index = self.id_index()?;
+        for node in &self.nodes {
+            check_node_fields(node)?;
+        }
+        self.check_inputs(&index)?;
+        let order = self.topo_order(&index)?;
+        self.check_outputs(&index)?;
+        let warnings = self.check_registry(registry)?;
+        Ok((warnings, order))
+    }
+
+    fn check_inputs(&self, index: &HashMap<NodeId, usize>) -> Result<(), GraphError> {
+        for node in &self.nodes {
+            for (k, input) in node.inputs.iter().enumerate() {
+                if !index.contains_key(input) {
+                    return Err(GraphError::new(
+                        GraphErrorKind::DanglingInput,
+                        format!("{}: input {input} does not exist (field \"inputs\"[{k}])", node.label()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_outputs(&self, index: &HashMap<NodeId, usize>) -> Result<(), GraphError> {
+        for (k, out) in self.outputs.iter().enumerate() {
+            if !index.contains_key(out) {
+                return Err(GraphError::new(
+                    GraphErrorKind::BadOutput,
+                    format!("output {out} is not a node (field \"outputs\"[{k}])"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_registry(&self, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
+        let mut warnings = Vec::new();
+        // One warning per unknown op, and per unknown (op, attribute), at its first node.
+        let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
+        let mut unknown_attrs: HashMap<(&str, &str), ()> = HashMap::new();
+        for node in &self.nodes {
+            let Some(spec) = registry.get(&node.op) else {
+                match unknown_ops.get_mut(node.op.as_str()) {
+                    Some((_, count)) => *count += 1,
+                    None => {
+                        unknown_ops.insert(&node.op, (warnings.len(), 1));
+                        warnings.push(Warning {
+                            node: Some(node.id),
+                            message: format!(
+                                "{}: op {} is not in the op registry; loaded unchecked and matched by name",
+                                node.label(),
+                                quote(&node.op)
+                            ),
+                        });
+                    }
+                }
+                continue;
+            };
+            let n = node.inputs.len();
+            if !spec.arity.accepts(n) {
+                return Err(GraphError::new(
+                    GraphErrorKind::Arity,
+                    format!(
+                        "{}: op {} takes {}, found {n} (field \"inputs\")",
+                        node.label(),
+                        quote(&node.op),
+                        spec.arity
+                    ),
+                ));
+            }
+            for (attr, attr_spec) in &spec.attrs {
+                match node.attrs.get(attr) {
+                    Some(value) => {
+                        if !attr_spec.accepts(value) {
+                            return Err(GraphError::new(
+                                GraphErrorKind::AttrType,
+                                format!(
+                                    "{}: attribute {} of op {} must be {}, found {} (field \"attrs\".{})",
+                                    node.label(),
+                                    quote(attr),
+                                    quote(&node.op),
+                                    attr_spec.expected(),
+                                    describe_value(value),
+                                    quote(attr)
+                                ),
+                            ));
+                        }
+                    }
+                    None if !attr_spec.optional => {
+                        return Err(GraphError::new(
+                            GraphErrorKind::AttrType,
+                            format!(
+                                "{}: op {} needs attribute {} ({}) (field \"attrs\".{})",
+                                node.label(),
+                                quote(&node.op),
+                                quote(attr),
+                                attr_spec.expected(),
+                                quote(attr)
+                            ),
+                        ));
+                    }
+                    None => {}
+                }
+            }
+            if node.attrs.len() > spec.attrs.len()
+                || node.attrs.keys().any(|k| !spec.attrs.contains_key(k))
+            {
+                for key in node.attrs.keys() {
+                    if !spec.attrs.contains_key(key)
+                        && unknown_attrs.insert((node.op.as_str(), key.as_str()), ()).is_none()
+                    {
+                        warnings.push(Warning {
+                            node: Some(node.id),
+                            message: format!(
+                                "{}: attribute {} is not in the op registry for op {}; kept (field \"attrs\".{})",
+                                node.label(),
+                                quote(key),
+                                quote(&node.op),
+                                quote(key)
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        // Say how many nodes carry each unknown op.
+        for &(w, count) in unknown_ops.values() {
+            if count > 1 {
+                warnings[w].message.push_str(&format!(" ({count} nodes use it)"));
+            }
+        }
+        Ok(warnings)
+    }
+
+    /// A stable topological order (positions in `nodes`), or `None` if the nodes are already
+    /// ordered. Inputs must exist (see `check_inputs`).
+    fn topo_order(&self, index: &HashMap<NodeId, usize>) -> Result<Option<Vec<usize>>, GraphError> {
+        let n = self.nodes.len();
+        let position = |id: &NodeId| index.get(id).copied().unwrap_or(usize::MAX);
+        let ordered = self
+            .nodes
+            .iter()
+            .enumerate()
+            .all(|(i, node)| node.inputs.iter().all(|id| position(id) < i));
+        if ordered {
+            return Ok(None);
+        }
+        // Consumers of each node, as a compressed adjacency list.
+        let mut pending = vec![0usize; n];
+        let mut start = vec![0usize; n + 1];
+        for node in &self.nodes {
+            for id in &node.inputs {
+                let p = position(id);
+                if p < n {
+                    start[p + 1] += 1;
+                }
+            }
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut consumers = vec![0usize; start[n]];
+        for (i, node) in self.nodes.iter().enumerate() {
+            for id in &node.inputs {
+                let p = position(id);
+                if p < n {
+                    consumers[fill[p]] = i;
+                    fill[p] += 1;
+                    pending[i] += 1;
+                }
+            }
+        }
+        let mut ready: BinaryHeap<Reverse<usize>> =
+            (0..n).filter(|&i| pending[i] == 0).map(Reverse).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(Reverse(i)) = ready.pop() {
+            order.push(i);
+            for &c in &consumers[start[i]..start[i + 1]] {
+                pending[c] -= 1;
+                if pending[c] == 0 {
+                    ready.push(Reverse(c));
+                }
+            }
+        }
+        if order.len() == n {
+            return Ok(Some(order));
+        }
+        Err(self.cycle_error(index, &pending))
+    }
+
+    /// Find a cycle among the nodes left with pending inputs and describe it.
+    fn cycle_error(&self, index: &HashMap<NodeId, usize>, pending: &[usize]) -> GraphError {
+        // Every node left has an input that is also left, so walking inputs must loop.
+        let Some(first) = pending.iter().position(|&p| p > 0) else {
+            return GraphError::new(GraphErrorKind::Cycle, "the graph has a cycle");
+        };
+        let mut seen_at: HashMap<usize, usize> = HashMap::new();
+        let mut path: Vec<usize> = Vec::new();
+        let mut cur = first;
+        loop {
+            if let Some(&at) = seen_at.get(&cur) {
+                let cycle = &path[at..];
+                let start = self.nodes[cycle[0]].label();
+                let mut ids: Vec<String> =
+                    cycle.iter().take(12).map(|&i| self.nodes[i].id.to_string()).collect();
+                if cycle.len() > 12 {
+                    ids.push("...".to_string());
+                }
+                ids.push(self.nodes[cycle[0]].id.to_string());
+                return GraphError::new(
+                    GraphErrorKind::Cycle,
+                    format!(
+                        "{start} is on a cycle: {} (each node takes the next as an input; field \"inputs\")",
+                        ids.join(" -> ")
+                    ),
+                );
+            }
+            seen_at.insert(cur, path.len());
+            path.push(cur);
+            let next = self.nodes[cur]
+                .inputs
+                .iter()
+                .filter_map(|id| index.get(id).copied())
+                .find(|&p| pending[p] > 0);
+            match next {
+                Some(p) => cur = p,
+                None => return GraphError::new(GraphErrorKind::Cycle, "the graph has a cycle"),
+            }
+        }
+    }
+
+    fn apply_order(&mut self, order: &[usize]) {
+        let mut slots: Vec<Option<Node>> = std::mem::take(&mut self.nodes).into_iter().map(Some).collect();
+        self.nodes = order.iter().filter_map(|&i| slots.get_mut(i).and_then(Option::take)).collect();
+    }
+}
+
+/// Checks of one node that need no other node: a non-empty op, valid dims.
+fn check_node_fields(node: &Node) -> Result<(), GraphError> {
+    if node.op.is_empty() {
+        return Err(GraphError::new(
+            GraphErrorKind::Format,
+            format!("{}: the op must be a non-empty string (field \"op\")", node.label()),
+        ));
+    }
+    if let Some(shape) = &node.shape {
+        for (k, dim) in shape.iter().enumerate() {
+            let bad = match dim {
+                Dim::Static(n) => *n < 0,
+                Dim::Symbolic(s) => s.is_empty(),
+            };
+            if bad {
+                let found = match dim {
+                    Dim::Static(n) => n.to_string(),
+                    Dim::Symbolic(s) => quote(s),
+                };
+                return Err(GraphError::new(
+                    GraphErrorKind::Format,
+                    format!(
+                        "{}: a dim must be an integer >= 0 or a non-empty string, found {found} (field \"shape\"[{k}])",
+                        node.label()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A short description of a JSON value for messages (long values are cut).
+pub(crate) fn describe_value(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 60 {
+        let cut: String = text.chars().take(57).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}

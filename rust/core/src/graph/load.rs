@@ -1,0 +1,630 @@
+//! Lenient serde reading of graph.json into raw records, then conversion with field-level errors.
+//!
+//! Every field is read into a shape that cannot fail on a wrong type ([`Atom`], [`List`]), so a
+//! mistyped field is reported as "node 12: field \"inputs\"[1] ..." instead of a serde position.
+//! Only malformed JSON (and nesting deeper than serde_json's recursion limit) fails in serde.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{node_label, quote, Dim, Graph, GraphError, GraphErrorKind, Node, NodeId, GRAPH_FORMAT, GRAPH_VERSION};
+
+/// Parse graph.json bytes into a [`Graph`] with its nodes in file order (not yet validated).
+pub(super) fn parse(bytes: &[u8]) -> Result<Graph, GraphError> {
+    let raw: RawGraph = serde_json::from_slice(bytes).map_err(json_error)?;
+    raw.into_graph()
+}
+
+fn json_error(e: serde_json::Error) -> GraphError {
+    let kind = match e.classify() {
+        serde_json::error::Category::Io => GraphErrorKind::Io,
+        _ => GraphErrorKind::Json,
+    };
+    GraphError::new(kind, format!("invalid JSON: {e}"))
+}
+
+fn format_error(message: String) -> GraphError {
+    GraphError::new(GraphErrorKind::Format, message)
+}
+
+/// A JSON value read without keeping the contents of lists and objects.
+#[derive(Clone, Debug, PartialEq)]
+enum Atom {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Str(String),
+    Bool(bool),
+    Null,
+    List,
+    Object,
+}
+
+impl fmt::Display for Atom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Atom::U64(v) => write!(f, "{v}"),
+            Atom::I64(v) => write!(f, "{v}"),
+            Atom::F64(v) => write!(f, "{v:?}"),
+            Atom::Str(s) if s.chars().count() > 40 => {
+                let cut: String = s.chars().take(37).collect();
+                write!(f, "{}...", quote(&cut))
+            }
+            Atom::Str(s) => f.write_str(&quote(s)),
+            Atom::Bool(b) => write!(f, "{b}"),
+            Atom::Null => f.write_str("null"),
+            Atom::List => f.write_str("a list"),
+            Atom::Object => f.write_str("an object"),
+        }
+    }
+}
+
+struct AtomVisitor;
+
+impl<'de> Visitor<'de> for AtomVisitor {
+    type Value = Atom;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Atom, E> {
+        Ok(Atom::U64(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Atom, E> {
+        Ok(if v >= 0 { Atom::U64(v as u64) } else { Atom::I64(v) })
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Atom, E> {
+        Ok(Atom::F64(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Atom, E> {
+        Ok(Atom::Str(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Atom, E> {
+        Ok(Atom::Str(v))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Atom, E> {
+        Ok(Atom::Bool(v))
+    }
+    fn visit_unit<E>(self) -> Result<Atom, E> {
+        Ok(Atom::Null)
+    }
+    fn visit_none<E>(self) -> Result<Atom, E> {
+        Ok(Atom::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Atom, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Atom::List)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Atom, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Atom::Object)
+    }
+}
+
+impl<'de> Deserialize<'de> for Atom {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Atom, D::Error> {
+        d.deserialize_any(AtomVisitor)
+    }
+}
+
+/// A list of atoms, or whatever stood where a list was expected.
+#[derive(Debug)]
+enum List {
+    Items(Vec<Atom>),
+    Not(Atom),
+}
+
+impl<'de> Deserialize<'de> for List {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<List, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = List;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(item) = seq.next_element::<Atom>()? {
+                    items.push(item);
+                }
+                Ok(List::Items(items))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<List, E> {
+                Ok(List::Not(Atom::U64(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<List, E> {
+                AtomVisitor.visit_i64(v).map(List::Not)
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<List, E> {
+                Ok(List::Not(Atom::F64(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<List, E> {
+                Ok(List::Not(Atom::Str(v.to_owned())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<List, E> {
+                Ok(List::Not(Atom::Bool(v)))
+            }
+            fn visit_unit<E>(self) -> Result<List, E> {
+                Ok(List::Not(Atom::Null))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<List, A::Error> {
+                AtomVisitor.visit_map(map).map(List::Not)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An object of attributes, or whatever stood where one was expected.
+#[derive(Debug)]
+enum Attrs {
+    Map(Map<String, Value>, Option<String>), // the attributes, and a key given twice
+    Not(Atom),
+}
+
+impl<'de> Deserialize<'de> for Attrs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Attrs, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Attrs;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attrs, A::Error> {
+                let mut out = Map::new();
+                let mut dup = None;
+                while let Some((k, v)) = map.next_entry::<String, Value>()? {
+                    if out.contains_key(&k) && dup.is_none() {
+                        dup = Some(k.clone());
+                    }
+                    out.insert(k, v);
+                }
+                Ok(Attrs::Map(out, dup))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Attrs, A::Error> {
+                AtomVisitor.visit_seq(seq).map(Attrs::Not)
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Attrs, E> {
+                Ok(Attrs::Not(Atom::U64(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Attrs, E> {
+                AtomVisitor.visit_i64(v).map(Attrs::Not)
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Attrs, E> {
+                Ok(Attrs::Not(Atom::F64(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Attrs, E> {
+                Ok(Attrs::Not(Atom::Str(v.to_owned())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Attrs, E> {
+                Ok(Attrs::Not(Atom::Bool(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Attrs, E> {
+                Ok(Attrs::Not(Atom::Null))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The key of a node field, matched without allocating for known names.
+enum NodeKey {
+    Id,
+    Op,
+    Name,
+    Inputs,
+    Attrs,
+    Shape,
+    Dtype,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for NodeKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NodeKey, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NodeKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<NodeKey, E> {
+                Ok(match v {
+                    "id" => NodeKey::Id,
+                    "op" => NodeKey::Op,
+                    "name" => NodeKey::Name,
+                    "inputs" => NodeKey::Inputs,
+                    "attrs" => NodeKey::Attrs,
+                    "shape" => NodeKey::Shape,
+                    "dtype" => NodeKey::Dtype,
+                    other => NodeKey::Other(other.to_owned()),
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One element of `nodes`, as read.
+#[derive(Debug, Default)]
+struct RawNode {
+    not_object: Option<Atom>,
+    duplicate: Option<String>,
+    id: Option<Atom>,
+    op: Option<Atom>,
+    name: Option<Atom>,
+    inputs: Option<List>,
+    attrs: Option<Attrs>,
+    shape: Option<List>,
+    dtype: Option<Atom>,
+    extra: Map<String, Value>,
+}
+
+fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<String>) {
+    if slot.is_some() && duplicate.is_none() {
+        *duplicate = Some(key.to_string());
+    }
+    *slot = Some(value);
+}
+
+impl<'de> Deserialize<'de> for RawNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawNode, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawNode;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a node object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawNode, A::Error> {
+                let mut n = RawNode::default();
+                let mut dup = None;
+                while let Some(key) = map.next_key::<NodeKey>()? {
+                    match key {
+                        NodeKey::Id => set(&mut n.id, map.next_value()?, "id", &mut dup),
+                        NodeKey::Op => set(&mut n.op, map.next_value()?, "op", &mut dup),
+                        NodeKey::Name => set(&mut n.name, map.next_value()?, "name", &mut dup),
+                        NodeKey::Inputs => set(&mut n.inputs, map.next_value()?, "inputs", &mut dup),
+                        NodeKey::Attrs => set(&mut n.attrs, map.next_value()?, "attrs", &mut dup),
+                        NodeKey::Shape => set(&mut n.shape, map.next_value()?, "shape", &mut dup),
+                        NodeKey::Dtype => set(&mut n.dtype, map.next_value()?, "dtype", &mut dup),
+                        NodeKey::Other(k) => {
+                            let v: Value = map.next_value()?;
+                            if n.extra.insert(k.clone(), v).is_some() && dup.is_none() {
+                                dup = Some(k);
+                            }
+                        }
+                    }
+                }
+                n.duplicate = dup;
+                Ok(n)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawNode, A::Error> {
+                Ok(not_object(AtomVisitor.visit_seq(seq)?))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawNode, E> {
+                Ok(not_object(Atom::U64(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RawNode, E> {
+                Ok(not_object(Atom::I64(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RawNode, E> {
+                Ok(not_object(Atom::F64(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawNode, E> {
+                Ok(not_object(Atom::Str(v.to_owned())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RawNode, E> {
+                Ok(not_object(Atom::Bool(v)))
+            }
+            fn visit_unit<E>(self) -> Result<RawNode, E> {
+                Ok(not_object(Atom::Null))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn not_object(atom: Atom) -> RawNode {
+    RawNode { not_object: Some(atom), ..RawNode::default() }
+}
+
+/// The `nodes` field: the nodes, or whatever stood there instead of a list.
+#[derive(Debug)]
+enum RawNodes {
+    Items(Vec<RawNode>),
+    Not(Atom),
+}
+
+impl<'de> Deserialize<'de> for RawNodes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawNodes, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawNodes;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNodes, A::Error> {
+                let mut items = Vec::new();
+                while let Some(node) = seq.next_element::<RawNode>()? {
+                    items.push(node);
+                }
+                Ok(RawNodes::Items(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawNodes, A::Error> {
+                AtomVisitor.visit_map(map).map(RawNodes::Not)
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawNodes, E> {
+                Ok(RawNodes::Not(Atom::U64(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RawNodes, E> {
+                Ok(RawNodes::Not(Atom::I64(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RawNodes, E> {
+                Ok(RawNodes::Not(Atom::F64(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawNodes, E> {
+                Ok(RawNodes::Not(Atom::Str(v.to_owned())))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RawNodes, E> {
+                Ok(RawNodes::Not(Atom::Bool(v)))
+            }
+            fn visit_unit<E>(self) -> Result<RawNodes, E> {
+                Ok(RawNodes::Not(Atom::Null))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The top-level object, as read.
+#[derive(Debug, Default)]
+struct RawGraph {
+    not_object: Option<Atom>,
+    duplicate: Option<String>,
+    format: Option<Atom>,
+    version: Option<Atom>,
+    name: Option<Atom>,
+    nodes: Option<RawNodes>,
+    outputs: Option<List>,
+    extra: Map<String, Value>,
+}
+
+impl<'de> Deserialize<'de> for RawGraph {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawGraph, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawGraph;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a graph object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawGraph, A::Error> {
+                let mut g = RawGraph::default();
+                let mut dup = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "format" => set(&mut g.format, map.next_value()?, "format", &mut dup),
+                        "version" => set(&mut g.version, map.next_value()?, "version", &mut dup),
+                        "name" => set(&mut g.name, map.next_value()?, "name", &mut dup),
+                        "nodes" => set(&mut g.nodes, map.next_value()?, "nodes", &mut dup),
+                        "outputs" => set(&mut g.outputs, map.next_value()?, "outputs", &mut dup),
+                        _ => {
+                            let v: Value = map.next_value()?;
+                            if g.extra.insert(key.clone(), v).is_some() && dup.is_none() {
+                                dup = Some(key);
+                            }
+                        }
+                    }
+                }
+                g.duplicate = dup;
+                Ok(g)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawGraph, A::Error> {
+                Ok(RawGraph { not_object: Some(AtomVisitor.visit_seq(seq)?), ..RawGraph::default() })
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawGraph, E> {
+                Ok(RawGraph { not_object: Some(Atom::U64(v)), ..RawGraph::default() })
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RawGraph, E> {
+                Ok(RawGraph { not_object: Some(Atom::I64(v)), ..RawGraph::default() })
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RawGraph, E> {
+                Ok(RawGraph { not_object: Some(Atom::F64(v)), ..RawGraph::default() })
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawGraph, E> {
+                Ok(RawGraph { not_object: Some(Atom::Str(v.to_owned())), ..RawGraph::default() })
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RawGraph, E> {
+                Ok(RawGraph { not_object: Some(Atom::Bool(v)), ..RawGraph::default() })
+            }
+            fn visit_unit<E>(self) -> Result<RawGraph, E> {
+                Ok(RawGraph { not_object: Some(Atom::Null), ..RawGraph::default() })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl RawGraph {
+    fn into_graph(self) -> Result<Graph, GraphError> {
+        if let Some(found) = self.not_object {
+            return Err(format_error(format!("the top level must be a graph object, found {found}")));
+        }
+        if let Some(key) = self.duplicate {
+            return Err(format_error(format!("top-level field {} is given twice", quote(&key))));
+        }
+        match self.format {
+            Some(Atom::Str(s)) if s == GRAPH_FORMAT => {}
+            Some(other) => {
+                return Err(format_error(format!(
+                    "field \"format\" must be \"{GRAPH_FORMAT}\", found {other}"
+                )))
+            }
+            None => {
+                return Err(format_error(format!(
+                    "missing field \"format\" (a graph.json starts with \"format\": \"{GRAPH_FORMAT}\")"
+                )))
+            }
+        }
+        match self.version {
+            Some(Atom::U64(GRAPH_VERSION)) => {}
+            Some(other) => {
+                return Err(format_error(format!(
+                    "unsupported version {other} (field \"version\"; this build reads version {GRAPH_VERSION})"
+                )))
+            }
+            None => return Err(format_error("missing field \"version\"".to_string())),
+        }
+        let name = match self.name {
+            None | Some(Atom::Null) => None,
+            Some(Atom::Str(s)) => Some(s),
+            Some(other) => {
+                return Err(format_error(format!("field \"name\" must be a string, found {other}")))
+            }
+        };
+        let raw_nodes = match self.nodes {
+            Some(RawNodes::Items(items)) => items,
+            Some(RawNodes::Not(other)) => {
+                return Err(format_error(format!("field \"nodes\" must be a list, found {other}")))
+            }
+            None => return Err(format_error("missing field \"nodes\"".to_string())),
+        };
+        let mut nodes = Vec::with_capacity(raw_nodes.len());
+        for (index, raw) in raw_nodes.into_iter().enumerate() {
+            nodes.push(raw.into_node(index)?);
+        }
+        let outputs = match self.outputs {
+            Some(List::Items(items)) => {
+                let mut ids = Vec::with_capacity(items.len());
+                for (k, item) in items.into_iter().enumerate() {
+                    match item {
+                        Atom::U64(id) => ids.push(id),
+                        other => {
+                            return Err(format_error(format!(
+                                "an output must be a node id (an integer >= 0), found {other} (field \"outputs\"[{k}])"
+                            )))
+                        }
+                    }
+                }
+                ids
+            }
+            Some(List::Not(other)) => {
+                return Err(format_error(format!("field \"outputs\" must be a list of node ids, found {other}")))
+            }
+            None => return Err(format_error("missing field \"outputs\"".to_string())),
+        };
+        Ok(Graph { name, nodes, outputs, extra: self.extra })
+    }
+}
+
+impl RawNode {
+    fn into_node(self, index: usize) -> Result<Node, GraphError> {
+        let at = format!("the node at index {index} of \"nodes\"");
+        if let Some(found) = self.not_object {
+            return Err(format_error(format!("{at} must be an object, found {found}")));
+        }
+        let id: NodeId = match self.id {
+            Some(Atom::U64(id)) => id,
+            Some(other) => {
+                return Err(format_error(format!(
+                    "{at}: the id must be an integer >= 0, found {other} (field \"id\")"
+                )))
+            }
+            None => return Err(format_error(format!("{at}: missing field \"id\""))),
+        };
+        // The name first, so that later messages can show it.
+        let name = match self.name {
+            None | Some(Atom::Null) => None,
+            Some(Atom::Str(s)) => Some(s),
+            Some(other) => {
+                return Err(format_error(format!(
+                    "{}: the name must be a string, found {other} (field \"name\")",
+                    node_label(id, None)
+                )))
+            }
+        };
+        let label = node_label(id, name.as_deref());
+        if let Some(key) = self.duplicate {
+            return Err(format_error(format!("{label}: field {} is given twice", quote(&key))));
+        }
+        let op = match self.op {
+            Some(Atom::Str(s)) if !s.is_empty() => s,
+            Some(other) => {
+                return Err(format_error(format!(
+                    "{label}: the op must be a non-empty string, found {other} (field \"op\")"
+                )))
+            }
+            None => return Err(format_error(format!("{label}: missing field \"op\""))),
+        };
+        let inputs = match self.inputs {
+            None => Vec::new(),
+            Some(List::Items(items)) => {
+                let mut ids = Vec::with_capacity(items.len());
+                for (k, item) in items.into_iter().enumerate() {
+                    match item {
+                        Atom::U64(id) => ids.push(id),
+                        other => {
+                            return Err(format_error(format!(
+                                "{label}: an input must be a node id (an integer >= 0), found {other} (field \"inputs\"[{k}])"
+                            )))
+                        }
+                    }
+                }
+                ids
+            }
+            Some(List::Not(other)) => {
+                return Err(format_error(format!(
+                    "{label}: the inputs must be a list of node ids, found {other} (field \"inputs\")"
+                )))
+            }
+        };
+        let attrs = match self.attrs {
+            None => Map::new(),
+            Some(Attrs::Map(map, None)) => map,
+            Some(Attrs::Map(_, Some(key))) => {
+                return Err(format_error(format!(
+                    "{label}: attribute {} is given twice (field \"attrs\")",
+                    quote(&key)
+                )))
+            }
+            Some(Attrs::Not(other)) => {
+                return Err(format_error(format!(
+                    "{label}: the attrs must be an object, found {other} (field \"attrs\")"
+                )))
+            }
+        };
+        let shape = match self.shape {
+            None | Some(List::Not(Atom::Null)) => None,
+            Some(List::Items(items)) => {
+                let mut dims = Vec::with_capacity(items.len());
+                for (k, item) in items.into_iter().enumerate() {
+                    match item {
+                        Atom::U64(n) if n <= i64::MAX as u64 => dims.push(Dim::Static(n as i64)),
+                        Atom::Str(s) if !s.is_empty() => dims.push(Dim::Symbolic(s)),
+                        other => {
+                            return Err(format_error(format!(
+                                "{label}: a dim must be an integer >= 0 or a non-empty string, found {other} (field \"shape\"[{k}])"
+                            )))
+                        }
+                    }
+                }
+                Some(dims)
+            }
+            Some(List::Not(other)) => {
+                return Err(format_error(format!(
+                    "{label}: the shape must be a list of dims, found {other} (field \"shape\")"
+                )))
+            }
+        };
+        let dtype = match self.dtype {
+            None | Some(Atom::Null) => None,
+            Some(Atom::Str(s)) => Some(s),
+            Some(other) => {
+                return Err(format_error(format!(
+                    "{label}: the dtype must be a string, found {other} (field \"dtype\")"
+                )))
+            }
+        };
+        Ok(Node { id, op, name, inputs, attrs, shape, dtype, extra: self.extra })
+    }
+}
