@@ -1,0 +1,394 @@
+//! Multi-head attention, FlashAttention-style: query and key blocks, online softmax, vectorized `exp`; Q, K and V read in place from strided row views, memory independent of S².
+//!
+//! Work is split into items of (batch, head, block of `BQ` query rows), run in parallel. Each item
+//! walks the keys in blocks of `4 × LANES`: it copies the K block transposed and the V block
+//! zero-padded into per-thread scratch, computes a `BQ × block` score tile, folds it into the
+//! running max / sum / output of every row, and finally divides by the sum. The score tile is the
+//! only S-dependent buffer and it is bounded by the block sizes.
+
+use super::gemm::SendPtr;
+use super::par::Par;
+use super::simd::{dispatch, Isa, Simd};
+use std::cell::RefCell;
+
+/// Query rows per work item.
+const BQ: usize = 64;
+/// Largest key block (4 vectors of the widest path).
+const BC_MAX: usize = 64;
+/// Score given to a masked key, as in RLX: a fully masked row comes out uniform, not NaN.
+pub const MASKED_SCORE: f32 = -1.0e9;
+
+/// Rows of a `[B, S, ·]` buffer: element `(b, s, col)` is at
+/// `offset + b·batch_stride + s·row_stride + col`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowsView<'a> {
+    pub data: &'a [f32],
+    pub offset: usize,
+    pub row_stride: usize,
+    pub batch_stride: usize,
+}
+
+impl RowsView<'_> {
+    /// Whether `batch × seq` rows of `width` columns lie inside `data`.
+    fn covers(&self, batch: usize, seq: usize, width: usize) -> bool {
+        batch == 0
+            || seq == 0
+            || width == 0
+            || (self.offset + (batch - 1) * self.batch_stride + (seq - 1) * self.row_stride + width) <= self.data.len()
+    }
+}
+
+/// Which keys each query may see.
+#[derive(Clone, Copy, Debug)]
+pub enum MaskRef<'a> {
+    /// Every key.
+    None,
+    /// A keep mask `[B, S_k]`: key `k` of batch `b` is masked where `mask[b, k] < 0.5`.
+    Keep(&'a [f32]),
+    /// Key `k` is masked for query `q` when `k > q`; optionally also by a keep mask `[B, S_k]`.
+    Causal(Option<&'a [f32]>),
+}
+
+impl<'a> MaskRef<'a> {
+    fn keep(&self) -> Option<&'a [f32]> {
+        match *self {
+            MaskRef::None | MaskRef::Causal(None) => None,
+            MaskRef::Keep(m) | MaskRef::Causal(Some(m)) => Some(m),
+        }
+    }
+}
+
+/// Sizes of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttnShape {
+    pub batch: usize,
+    pub seq_q: usize,
+    pub seq_k: usize,
+    pub num_heads: usize,
+    pub head_dim: usize,
+}
+
+/// Per-thread scratch of one work item.
+#[derive(Default)]
+struct ItemScratch {
+    kt: Vec<f32>,
+    vb: Vec<f32>,
+    scores: Vec<f32>,
+    acc: Vec<f32>,
+    row_max: Vec<f32>,
+    row_sum: Vec<f32>,
+}
+
+thread_local! {
+    static ITEM_SCRATCH: RefCell<ItemScratch> = RefCell::new(ItemScratch::default());
+}
+
+/// `out[b, s, h·d..] = softmax(mask(scale · q_h k_hᵀ)) v_h` for every batch, query row and head.
+///
+/// `out` holds `batch × seq_q` rows of stride `out_row_stride`; head `h` writes columns
+/// `[h·d, (h+1)·d)`. Panics (never reads out of bounds) if a view or the mask is too short.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    isa: Isa,
+    par: &Par,
+    shape: AttnShape,
+    q: RowsView<'_>,
+    k: RowsView<'_>,
+    v: RowsView<'_>,
+    mask: MaskRef<'_>,
+    scale: f32,
+    out: &mut [f32],
+    out_row_stride: usize,
+) {
+    let AttnShape { batch, seq_q, seq_k, num_heads, head_dim } = shape;
+    let width = num_heads * head_dim;
+    if batch == 0 || seq_q == 0 || width == 0 {
+        return;
+    }
+    assert!(q.covers(batch, seq_q, width) && k.covers(batch, seq_k, width) && v.covers(batch, seq_k, width), "attention view out of bounds");
+    assert!(out_row_stride >= width && out.len() >= (batch * seq_q - 1) * out_row_stride + width, "attention output too short");
+    if let Some(m) = mask.keep() {
+        assert!(m.len() >= batch * seq_k, "mask too short");
+    }
+    if let MaskRef::Causal(_) = mask {
+        assert_eq!(seq_q, seq_k, "causal attention needs seq_q == seq_k");
+    }
+    let q_blocks = seq_q.div_ceil(BQ);
+    let n_items = batch * num_heads * q_blocks;
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    par.for_each(n_items, |item| {
+        let qb = item % q_blocks;
+        let h = (item / q_blocks) % num_heads;
+        let b = item / (q_blocks * num_heads);
+        let q0 = qb * BQ;
+        let rows = BQ.min(seq_q - q0);
+        let job = Item { shape, b, h, q0, rows, q, k, v, mask, scale, out: out_ptr, out_row_stride };
+        ITEM_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => job.run(isa, &mut scratch),
+            Err(_) => job.run(isa, &mut ItemScratch::default()),
+        });
+    });
+}
+
+/// One (batch, head, query block) of an attention call.
+#[derive(Clone, Copy)]
+struct Item<'a> {
+    shape: AttnShape,
+    b: usize,
+    h: usize,
+    q0: usize,
+    rows: usize,
+    q: RowsView<'a>,
+    k: RowsView<'a>,
+    v: RowsView<'a>,
+    mask: MaskRef<'a>,
+    scale: f32,
+    out: SendPtr,
+    out_row_stride: usize,
+}
+
+impl Item<'_> {
+    fn run(&self, isa: Isa, scratch: &mut ItemScratch) {
+        let d = self.shape.head_dim;
+        let d_pad = d.div_ceil(16) * 16;
+        let grow = |buf: &mut Vec<f32>, len: usize| {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+        };
+        grow(&mut scratch.kt, d * BC_MAX);
+        grow(&mut scratch.vb, BC_MAX * d_pad);
+        grow(&mut scratch.scores, BQ * BC_MAX);
+        grow(&mut scratch.acc, BQ * d_pad);
+        grow(&mut scratch.row_max, BQ);
+        grow(&mut scratch.row_sum, BQ);
+        let item = *self;
+        let scratch: *mut ItemScratch = scratch;
+        dispatch!(isa, |S| (item: Item<'_>, scratch: *mut ItemScratch) {
+            item.run_simd::<S>(&mut *scratch)
+        });
+    }
+
+    /// The whole item on one SIMD path.
+    #[inline(always)]
+    unsafe fn run_simd<S: Simd>(&self, sc: &mut ItemScratch) {
+        let AttnShape { seq_k, head_dim: d, .. } = self.shape;
+        let lanes = S::LANES;
+        let bc = 4 * lanes; // keys per block: four vectors of scores per row
+        let d_vecs = d.div_ceil(lanes);
+        let d_pad = d_vecs * lanes;
+        let rows = self.rows;
+        let col = self.h * d;
+        let q_base = self.q.offset + self.b * self.q.batch_stride + self.q0 * self.q.row_stride + col;
+        let k_base = self.k.offset + self.b * self.k.batch_stride + col;
+        let v_base = self.v.offset + self.b * self.v.batch_stride + col;
+        let keep = self.mask.keep().map(|m| &m[self.b * seq_k..(self.b + 1) * seq_k]);
+        let causal = matches!(self.mask, MaskRef::Causal(_));
+
+        sc.row_max[..rows].fill(f32::NEG_INFINITY);
+        sc.row_sum[..rows].fill(0.0);
+        sc.acc[..rows * d_pad].fill(0.0);
+
+        let mut k0 = 0;
+        while k0 < seq_k {
+            let nk = bc.min(seq_k - k0);
+            // K block transposed to [d, bc] and V block to [bc, d_pad], zero-padded.
+            for j in 0..bc {
+                if j < nk {
+                    let krow = &self.k.data[k_base + (k0 + j) * self.k.row_stride..][..d];
+                    for (dd, &x) in krow.iter().enumerate() {
+                        sc.kt[dd * bc + j] = x;
+                    }
+                    let vrow = &self.v.data[v_base + (k0 + j) * self.v.row_stride..][..d];
+                    sc.vb[j * d_pad..j * d_pad + d].copy_from_slice(vrow);
+                    sc.vb[j * d_pad + d..(j + 1) * d_pad].fill(0.0);
+                } else {
+                    for dd in 0..d {
+                        sc.kt[dd * bc + j] = 0.0;
+                    }
+                }
+            }
+            // Scores, four query rows at a time.
+            let mut r = 0;
+            while r < rows {
+                let take = if rows - r >= 4 { 4 } else { 1 };
+                let qp = self.q.data[q_base + r * self.q.row_stride..].as_ptr();
+                let sp = sc.scores[r * bc..].as_mut_ptr();
+                if take == 4 {
+                    score_rows::<S, 4>(qp, self.q.row_stride, sc.kt.as_ptr(), bc, d, self.scale, sp);
+                } else {
+                    score_rows::<S, 1>(qp, self.q.row_stride, sc.kt.as_ptr(), bc, d, self.scale, sp);
+                }
+                r += take;
+            }
+            // Masks, padding, then the online-softmax update of every row.
+            for r in 0..rows {
+                let srow = &mut sc.scores[r * bc..(r + 1) * bc];
+                if let Some(keep) = keep {
+                    for (j, s) in srow[..nk].iter_mut().enumerate() {
+                        if keep[k0 + j] < 0.5 {
+                            *s = MASKED_SCORE;
+                        }
+                    }
+                }
+                if causal {
+                    let qpos = self.q0 + r;
+                    for (j, s) in srow[..nk].iter_mut().enumerate() {
+                        if k0 + j > qpos {
+                            *s = MASKED_SCORE;
+                        }
+                    }
+                }
+                srow[nk..].fill(f32::NEG_INFINITY);
+                let sp = srow.as_mut_ptr();
+                let mut vmax = S::load(sp);
+                for c in 1..4 {
+                    vmax = S::max(vmax, S::load(sp.add(c * lanes)));
+                }
+                let old_max = sc.row_max[r];
+                let new_max = max_keep_nan(old_max, S::hmax(vmax));
+                let m = S::splat(new_max);
+                let mut vsum = S::zero();
+                for c in 0..4 {
+                    let p = S::exp(S::sub(S::load(sp.add(c * lanes)), m));
+                    S::store(sp.add(c * lanes), p);
+                    vsum = S::add(vsum, p);
+                }
+                let correction = exp_scalar(old_max - new_max);
+                sc.row_max[r] = new_max;
+                sc.row_sum[r] = sc.row_sum[r] * correction + S::hsum(vsum);
+                // Rescale this row's output accumulator.
+                if correction != 1.0 {
+                    let cv = S::splat(correction);
+                    let ap = sc.acc[r * d_pad..].as_mut_ptr();
+                    for c in 0..d_vecs {
+                        S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), cv));
+                    }
+                }
+            }
+            // acc += P · V, rows four at a time, head_dim four vectors at a time.
+            let mut r = 0;
+            while r < rows {
+                let take = if rows - r >= 4 { 4 } else { 1 };
+                let mut c0 = 0;
+                while c0 < d_vecs {
+                    let g = 4.min(d_vecs - c0);
+                    let pp = sc.scores[r * bc..].as_ptr();
+                    let vp = sc.vb[c0 * lanes..].as_ptr();
+                    let ap = sc.acc[r * d_pad + c0 * lanes..].as_mut_ptr();
+                    macro_rules! pv {
+                        ($R:literal) => {
+                            match g {
+                                4 => pv_rows::<S, $R, 4>(pp, bc, vp, d_pad, nk, ap, d_pad),
+                                3 => pv_rows::<S, $R, 3>(pp, bc, vp, d_pad, nk, ap, d_pad),
+                                2 => pv_rows::<S, $R, 2>(pp, bc, vp, d_pad, nk, ap, d_pad),
+                                _ => pv_rows::<S, $R, 1>(pp, bc, vp, d_pad, nk, ap, d_pad),
+                            }
+                        };
+                    }
+                    if take == 4 {
+                        pv!(4)
+                    } else {
+                        pv!(1)
+                    }
+                    c0 += g;
+                }
+                r += take;
+            }
+            k0 += nk;
+        }
+        // Normalize and write out.
+        for r in 0..rows {
+            let inv = S::splat(1.0 / sc.row_sum[r]);
+            let ap = sc.acc[r * d_pad..].as_ptr();
+            let op = self.out.add((self.b * self.shape.seq_q + self.q0 + r) * self.out_row_stride + col);
+            for c in 0..d_vecs {
+                let x = S::mul(S::load(ap.add(c * lanes)), inv);
+                let n = d - c * lanes;
+                if n >= lanes {
+                    S::store(op.add(c * lanes), x);
+                } else {
+                    S::store_partial(op.add(c * lanes), x, n);
+                }
+            }
+        }
+    }
+}
+
+/// `max` that keeps a NaN from either side (a NaN score makes its row NaN, as in numpy).
+#[inline(always)]
+fn max_keep_nan(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// Scalar `exp` for the per-row correction factor; `exp(-inf) = 0`.
+#[inline(always)]
+fn exp_scalar(x: f32) -> f32 {
+    x.exp()
+}
+
+/// Scores of `R` query rows against one key block: `s[r][j] = scale · Σ_d q[r][d] · kt[d][j]`.
+#[inline(always)]
+unsafe fn score_rows<S: Simd, const R: usize>(q: *const f32, q_stride: usize, kt: *const f32, bc: usize, d: usize, scale: f32, s: *mut f32) {
+    let lanes = S::LANES;
+    let mut acc = [[S::zero(); 4]; R];
+    for dd in 0..d {
+        let kp = kt.add(dd * bc);
+        let kv = [S::load(kp), S::load(kp.add(lanes)), S::load(kp.add(2 * lanes)), S::load(kp.add(3 * lanes))];
+        for (r, row) in acc.iter_mut().enumerate() {
+            let qv = S::splat(*q.add(r * q_stride + dd));
+            for c in 0..4 {
+                row[c] = S::fmadd(qv, kv[c], row[c]);
+            }
+        }
+    }
+    let sv = S::splat(scale);
+    for (r, row) in acc.iter().enumerate() {
+        for (c, x) in row.iter().enumerate() {
+            S::store(s.add(r * bc + c * lanes), S::mul(*x, sv));
+        }
+    }
+}
+
+/// `acc[r][0..G·LANES] += Σ_{j<nk} p[r][j] · v[j][0..G·LANES]` for `R` rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pv_rows<S: Simd, const R: usize, const G: usize>(
+    p: *const f32,
+    p_stride: usize,
+    v: *const f32,
+    v_stride: usize,
+    nk: usize,
+    acc: *mut f32,
+    acc_stride: usize,
+) {
+    let lanes = S::LANES;
+    let mut a = [[S::zero(); G]; R];
+    for (r, row) in a.iter_mut().enumerate() {
+        for (c, x) in row.iter_mut().enumerate() {
+            *x = S::load(acc.add(r * acc_stride + c * lanes));
+        }
+    }
+    for j in 0..nk {
+        let vp = v.add(j * v_stride);
+        let mut vv = [S::zero(); G];
+        for (c, x) in vv.iter_mut().enumerate() {
+            *x = S::load(vp.add(c * lanes));
+        }
+        for (r, row) in a.iter_mut().enumerate() {
+            let pj = S::splat(*p.add(r * p_stride + j));
+            for c in 0..G {
+                row[c] = S::fmadd(pj, vv[c], row[c]);
+            }
+        }
+    }
+    for (r, row) in a.iter().enumerate() {
+        for (c, x) in row.iter().enumerate() {
+            S::store(acc.add(r * acc_stride + c * lanes), *x);
+        }
+    }
+}

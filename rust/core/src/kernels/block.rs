@@ -1,0 +1,267 @@
+//! The fused attention block (`qkv = x·Wqkv + b` → RoPE → attention → `out = ctx·Wout + b`), one-shot or prepared with weights packed once and the score scale folded into Q; plus the standalone `attention` entry point.
+
+use super::attention::{self, AttnShape, MaskRef, RowsView};
+use super::gemm::{project, PackedWeights, WeightsRef};
+use super::par::{resolve_threads, Par};
+use super::rope::{apply_rope, Rope};
+use super::simd::Isa;
+use super::KernelError;
+use std::cell::RefCell;
+
+/// How one call runs: thread count and SIMD path (`None`: environment, then machine default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    pub threads: Option<usize>,
+    pub isa: Option<Isa>,
+}
+
+/// Sizes of a fused block call: `hidden` is `[batch, seq, hidden]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockShape {
+    pub batch: usize,
+    pub seq: usize,
+    pub hidden: usize,
+    pub num_heads: usize,
+}
+
+impl BlockShape {
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.num_heads.max(1)
+    }
+
+    fn rows(&self) -> usize {
+        self.batch * self.seq
+    }
+
+    /// Floating-point operations of one call (projections plus attention).
+    pub fn flops(&self) -> f64 {
+        let (m, h, s) = (self.rows() as f64, self.hidden as f64, self.seq as f64);
+        8.0 * m * h * h + 4.0 * self.batch as f64 * s * s * h
+    }
+}
+
+/// Weights of a fused block, `[in, out]` row-major: `qkv_w` is `[H, 3H]`, `out_w` is `[H, H]`.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockWeights<'a> {
+    pub qkv_w: &'a [f32],
+    pub qkv_b: Option<&'a [f32]>,
+    pub out_w: &'a [f32],
+    pub out_b: Option<&'a [f32]>,
+}
+
+fn err(msg: String) -> KernelError {
+    KernelError(msg)
+}
+
+fn check_len(name: &str, got: usize, want: usize, shape: &str) -> Result<(), KernelError> {
+    if got != want {
+        return Err(err(format!("{name} must have {want} elements ({shape}), got {got}")));
+    }
+    Ok(())
+}
+
+fn check_heads(hidden: usize, num_heads: usize) -> Result<usize, KernelError> {
+    if num_heads == 0 {
+        return Err(err("num_heads must be positive".into()));
+    }
+    if hidden % num_heads != 0 {
+        return Err(err(format!("hidden size {hidden} is not divisible by num_heads={num_heads}")));
+    }
+    Ok(hidden / num_heads)
+}
+
+fn check_weights(hidden: usize, num_heads: usize, w: &BlockWeights<'_>) -> Result<(), KernelError> {
+    let h = hidden;
+    check_heads(h, num_heads)?;
+    check_len("qkv_w", w.qkv_w.len(), h * 3 * h, &format!("[{h}, {}]", 3 * h))?;
+    check_len("out_w", w.out_w.len(), h * h, &format!("[{h}, {h}]"))?;
+    if let Some(b) = w.qkv_b {
+        check_len("qkv_b", b.len(), 3 * h, &format!("[{}]", 3 * h))?;
+    }
+    if let Some(b) = w.out_b {
+        check_len("out_b", b.len(), h, &format!("[{h}]"))?;
+    }
+    Ok(())
+}
+
+fn check_call(shape: &BlockShape, hidden: &[f32], mask: Option<&[f32]>, rope: Option<&Rope<'_>>, out: &[f32]) -> Result<(), KernelError> {
+    let BlockShape { batch: b, seq: s, hidden: h, num_heads } = *shape;
+    let d = check_heads(h, num_heads)?;
+    check_len("hidden", hidden.len(), b * s * h, &format!("[{b}, {s}, {h}]"))?;
+    check_len("out", out.len(), b * s * h, &format!("[{b}, {s}, {h}]"))?;
+    if let Some(m) = mask {
+        check_len("mask", m.len(), b * s, &format!("[{b}, {s}]"))?;
+    }
+    if let Some(r) = rope {
+        if d % 2 != 0 {
+            return Err(err(format!("rope needs an even head_dim, got head_dim={d} (hidden {h} / num_heads {num_heads})")));
+        }
+        check_len("rope cos", r.cos.len(), s * d / 2, &format!("[{s}, {}]", d / 2))?;
+        check_len("rope sin", r.sin.len(), s * d / 2, &format!("[{s}, {}]", d / 2))?;
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// The qkv and ctx buffers of the block, kept between calls on the orchestrating thread.
+    static BLOCK_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with a scratch buffer of at least `len` floats (contents unspecified).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    BLOCK_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+            f(&mut buf[..len])
+        }
+        // Re-entered on this thread (a pool worker helping another call): use a fresh buffer.
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+/// The block on already-validated inputs; `scale` is the score scale still to apply.
+#[allow(clippy::too_many_arguments)]
+fn run_block(
+    shape: BlockShape,
+    hidden: &[f32],
+    qkv_w: WeightsRef<'_>,
+    out_w: WeightsRef<'_>,
+    scale: f32,
+    mask: Option<&[f32]>,
+    rope: Option<Rope<'_>>,
+    opts: RunOptions,
+    out: &mut [f32],
+) {
+    let isa = Isa::select(opts.isa);
+    let threads = resolve_threads(opts.threads);
+    let BlockShape { batch, seq, hidden: h, num_heads } = shape;
+    let d = h / num_heads;
+    let m = shape.rows();
+    if m == 0 {
+        return;
+    }
+    Par::run(threads, shape.flops(), |par| {
+        with_scratch(m * 4 * h, |buf| {
+            let (qkv, ctx) = buf.split_at_mut(m * 3 * h);
+            project(isa, &par, m, hidden, h, qkv_w, qkv, 3 * h);
+            if let Some(rope) = rope {
+                apply_rope(isa, &par, qkv, m, seq, 3 * h, &[0, h], num_heads, d, rope);
+            }
+            let view = |offset| RowsView { data: &*qkv, offset, row_stride: 3 * h, batch_stride: seq * 3 * h };
+            let attn_shape = AttnShape { batch, seq_q: seq, seq_k: seq, num_heads, head_dim: d };
+            let mask = mask.map_or(MaskRef::None, MaskRef::Keep);
+            attention::attention(isa, &par, attn_shape, view(0), view(h), view(2 * h), mask, scale, ctx, h);
+            project(isa, &par, m, ctx, h, out_w, out, h);
+        })
+    });
+}
+
+/// `fused_attention_block` on raw `[in, out]` weights: every argument checked, then computed.
+///
+/// `mask` is the `[B, S]` keep mask (`None`: every key kept); `out` is `[B, S, H]`.
+pub fn fused_attention_block(
+    shape: BlockShape,
+    hidden: &[f32],
+    weights: BlockWeights<'_>,
+    mask: Option<&[f32]>,
+    rope: Option<Rope<'_>>,
+    opts: RunOptions,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    check_weights(shape.hidden, shape.num_heads, &weights)?;
+    check_call(&shape, hidden, mask, rope.as_ref(), out)?;
+    let h = shape.hidden;
+    let scale = (shape.head_dim() as f32).powf(-0.5);
+    let qkv = WeightsRef::row_major(weights.qkv_w, weights.qkv_b, h, 3 * h);
+    let out_w = WeightsRef::row_major(weights.out_w, weights.out_b, h, h);
+    run_block(shape, hidden, qkv, out_w, scale, mask, rope, opts, out);
+    Ok(())
+}
+
+/// A fused block with its weights packed once into panels and `head_dim^-0.5` folded into the Q
+/// columns of `qkv_w` and `qkv_b` (RoPE is linear, so folding before it is exact).
+#[derive(Clone, Debug)]
+pub struct PreparedAttentionBlock {
+    hidden: usize,
+    num_heads: usize,
+    qkv: PackedWeights,
+    out: PackedWeights,
+}
+
+impl PreparedAttentionBlock {
+    pub fn new(hidden: usize, num_heads: usize, weights: BlockWeights<'_>) -> Result<Self, KernelError> {
+        check_weights(hidden, num_heads, &weights)?;
+        let h = hidden;
+        let scale = ((h / num_heads) as f32).powf(-0.5);
+        let qkv = PackedWeights::pack(weights.qkv_w, weights.qkv_b, h, 3 * h, h, scale);
+        let out = PackedWeights::pack(weights.out_w, weights.out_b, h, h, 0, 1.0);
+        Ok(PreparedAttentionBlock { hidden, num_heads, qkv, out })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    pub fn num_heads(&self) -> usize {
+        self.num_heads
+    }
+
+    /// Bytes of packed weights held.
+    pub fn nbytes(&self) -> usize {
+        self.qkv.nbytes() + self.out.nbytes()
+    }
+
+    /// Runs the block on `hidden` `[batch, seq, H]`, writing `out` `[batch, seq, H]`.
+    pub fn run(&self, batch: usize, seq: usize, hidden: &[f32], mask: Option<&[f32]>, rope: Option<Rope<'_>>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
+        let shape = BlockShape { batch, seq, hidden: self.hidden, num_heads: self.num_heads };
+        check_call(&shape, hidden, mask, rope.as_ref(), out)?;
+        run_block(shape, hidden, self.qkv.as_ref(), self.out.as_ref(), 1.0, mask, rope, opts, out);
+        Ok(())
+    }
+}
+
+/// Sizes of a standalone attention call: q is `[batch, seq_q, hidden]`, k and v `[batch, seq_k, hidden]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub batch: usize,
+    pub seq_q: usize,
+    pub seq_k: usize,
+    pub hidden: usize,
+    pub num_heads: usize,
+}
+
+/// Multi-head attention on `[B, S, H]` inputs: `out = softmax(mask(scale · Q Kᵀ)) V` per head,
+/// with `scale` defaulting to `head_dim^-0.5`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: MaskRef<'_>, scale: Option<f32>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
+    let AttentionShape { batch: b, seq_q, seq_k, hidden: h, num_heads } = shape;
+    let d = check_heads(h, num_heads)?;
+    check_len("q", q.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
+    check_len("k", k.len(), b * seq_k * h, &format!("[{b}, {seq_k}, {h}]"))?;
+    check_len("v", v.len(), b * seq_k * h, &format!("[{b}, {seq_k}, {h}]"))?;
+    check_len("out", out.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
+    match mask {
+        MaskRef::Keep(m) | MaskRef::Causal(Some(m)) => check_len("mask", m.len(), b * seq_k, &format!("[{b}, {seq_k}]"))?,
+        MaskRef::None | MaskRef::Causal(None) => {}
+    }
+    if matches!(mask, MaskRef::Causal(_)) && seq_q != seq_k {
+        return Err(err(format!("causal attention needs equal query and key lengths, got {seq_q} and {seq_k}")));
+    }
+    if b * seq_q == 0 || h == 0 {
+        return Ok(());
+    }
+    if seq_k == 0 {
+        return Err(err("attention needs at least one key (k has sequence length 0)".into()));
+    }
+    let scale = scale.unwrap_or((d as f32).powf(-0.5));
+    let isa = Isa::select(opts.isa);
+    let threads = resolve_threads(opts.threads);
+    let flops = 4.0 * (b * seq_q * seq_k * h) as f64;
+    let view = |data| RowsView { data, offset: 0, row_stride: h, batch_stride: 0 };
+    let (qv, kv, vv) = (RowsView { batch_stride: seq_q * h, ..view(q) }, RowsView { batch_stride: seq_k * h, ..view(k) }, RowsView { batch_stride: seq_k * h, ..view(v) });
+    let attn_shape = AttnShape { batch: b, seq_q, seq_k, num_heads, head_dim: d };
+    Par::run(threads, flops, |par| attention::attention(isa, &par, attn_shape, qv, kv, vv, mask, scale, out, h));
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! Projections `C = A·B + bias`: a register-blocked SIMD micro-kernel over 32-column weight panels, read in place from row-major `[K, N]` weights or from weights packed once into contiguous panels.
+//!
+//! In the regime the fused block targets (few rows, B·S ≤ 64) a projection is bound by reading the
+//! weights once, so the kernel streams each weight panel exactly once and keeps every row of A in
+//! registers' reach (broadcast from L1). Threads split the panels into contiguous ranges, so every
+//! thread streams its own slice of the weights.
+
+use super::par::Par;
+use super::simd::{dispatch, Isa};
+
+/// Width in floats of one weight panel, the same on every SIMD path so a packed matrix works with
+/// any of them.
+pub const NR: usize = 32;
+
+/// Weights `[K, N]` packed once into `ceil(N / NR)` panels, each `K × NR` contiguous and
+/// zero-padded on the right, plus the bias padded to the same width.
+#[derive(Clone, Debug)]
+pub struct PackedWeights {
+    k: usize,
+    n: usize,
+    panels: Vec<f32>,
+    bias: Option<Vec<f32>>,
+}
+
+impl PackedWeights {
+    /// Packs row-major `[k, n]` weights; columns `[0, scaled_cols)` of the weights and bias are
+    /// multiplied by `scale` (used to fold the attention score scale into the Q projection).
+    pub fn pack(weights: &[f32], bias: Option<&[f32]>, k: usize, n: usize, scaled_cols: usize, scale: f32) -> Self {
+        assert_eq!(weights.len(), k * n, "weights length must be k*n");
+        let n_panels = n.div_ceil(NR);
+        let mut panels = vec![0.0f32; n_panels * k * NR];
+        for p in 0..n_panels {
+            let col0 = p * NR;
+            let width = NR.min(n - col0);
+            let dst = &mut panels[p * k * NR..(p + 1) * k * NR];
+            for row in 0..k {
+                let src = &weights[row * n + col0..row * n + col0 + width];
+                for (j, &x) in src.iter().enumerate() {
+                    dst[row * NR + j] = if col0 + j < scaled_cols { x * scale } else { x };
+                }
+            }
+        }
+        let bias = bias.map(|b| {
+            assert_eq!(b.len(), n, "bias length must be n");
+            let mut padded = vec![0.0f32; n_panels * NR];
+            for (j, &x) in b.iter().enumerate() {
+                padded[j] = if j < scaled_cols { x * scale } else { x };
+            }
+            padded
+        });
+        PackedWeights { k, n, panels, bias }
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Bytes held by the packed panels and bias.
+    pub fn nbytes(&self) -> usize {
+        4 * (self.panels.len() + self.bias.as_ref().map_or(0, Vec::len))
+    }
+
+    pub(crate) fn as_ref(&self) -> WeightsRef<'_> {
+        WeightsRef { k: self.k, n: self.n, data: &self.panels, packed: true, bias: self.bias.as_deref() }
+    }
+}
+
+/// A weight matrix as the kernel reads it: row-major `[k, n]`, or packed panels; with an optional
+/// bias of length `n` (row-major) or padded to whole panels (packed).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WeightsRef<'a> {
+    pub k: usize,
+    pub n: usize,
+    pub data: &'a [f32],
+    pub packed: bool,
+    pub bias: Option<&'a [f32]>,
+}
+
+impl<'a> WeightsRef<'a> {
+    pub fn row_major(data: &'a [f32], bias: Option<&'a [f32]>, k: usize, n: usize) -> Self {
+        debug_assert_eq!(data.len(), k * n);
+        WeightsRef { k, n, data, packed: false, bias }
+    }
+
+    fn n_panels(&self) -> usize {
+        self.n.div_ceil(NR)
+    }
+
+    /// Start of panel `p` and the row stride within it.
+    fn panel(&self, p: usize) -> (*const f32, usize) {
+        if self.packed {
+            (self.data[p * self.k * NR..].as_ptr(), NR)
+        } else {
+            (self.data[p * NR..].as_ptr(), self.n)
+        }
+    }
+}
+
+/// Raw pointer that may cross threads; each task writes a disjoint set of elements.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub *mut f32);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// `self + offset`; a method so closures capture the whole `Send` wrapper.
+    ///
+    /// # Safety
+    /// The offset must stay inside the allocation.
+    #[inline(always)]
+    pub unsafe fn add(self, offset: usize) -> *mut f32 {
+        self.0.add(offset)
+    }
+}
+
+/// `c[m, n] = a[m, k] · w + bias`, rows of `a` and `c` strided by `lda` / `ldc`.
+///
+/// Checks every length up front, so the unsafe kernel below never reads or writes out of bounds.
+pub(crate) fn project(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: WeightsRef<'_>, c: &mut [f32], ldc: usize) {
+    let (k, n) = (w.k, w.n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(lda >= k && ldc >= n, "strides too small");
+    assert!(a.len() >= (m - 1) * lda + k, "A too short");
+    assert!(c.len() >= (m - 1) * ldc + n, "C too short");
+    let n_panels = w.n_panels();
+    if w.packed {
+        assert_eq!(w.data.len(), n_panels * k * NR, "packed weights length");
+        if let Some(b) = w.bias {
+            assert_eq!(b.len(), n_panels * NR, "packed bias length");
+        }
+    } else {
+        assert_eq!(w.data.len(), k * n, "weights length");
+        if let Some(b) = w.bias {
+            assert_eq!(b.len(), n, "bias length");
+        }
+    }
+    let cptr = SendPtr(c.as_mut_ptr());
+    // Contiguous panel ranges: a few per thread so work stealing can even out the load.
+    let n_tasks = if par.parallel { n_panels.min(par.threads * 4) } else { 1 };
+    par.for_each(n_tasks, |task| {
+        let p0 = task * n_panels / n_tasks;
+        let p1 = (task + 1) * n_panels / n_tasks;
+        for p in p0..p1 {
+            // SAFETY: lengths checked above; tasks own disjoint column panels of C.
+            unsafe { project_panel(isa, m, a, lda, &w, p, cptr, ldc) };
+        }
+    });
+}
+
+/// Computes columns `[p·NR, p·NR + width)` of C for all rows.
+unsafe fn project_panel(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p: usize, c: SendPtr, ldc: usize) {
+    let k = w.k;
+    let col0 = p * NR;
+    let width = NR.min(w.n - col0);
+    let (mut bptr, mut ldb) = w.panel(p);
+    let mut bias_ptr: *const f32 = w.bias.map_or(std::ptr::null(), |b| b[col0..].as_ptr());
+    // A partial panel read in place would run past the matrix: copy it, zero-padded.
+    let mut tail_panel = Vec::new();
+    let mut tail_bias = [0.0f32; NR];
+    if width < NR && !w.packed {
+        tail_panel = vec![0.0f32; k * NR];
+        for row in 0..k {
+            tail_panel[row * NR..row * NR + width].copy_from_slice(&w.data[row * w.n + col0..row * w.n + col0 + width]);
+        }
+        bptr = tail_panel.as_ptr();
+        ldb = NR;
+        if let Some(b) = w.bias {
+            tail_bias[..width].copy_from_slice(&b[col0..col0 + width]);
+            bias_ptr = tail_bias.as_ptr();
+        }
+    }
+    let a = a.as_ptr();
+    let c = c.add(col0);
+    dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, bptr: *const f32, ldb: usize, bias_ptr: *const f32, c: *mut f32, ldc: usize, width: usize) {
+        match (S::LANES, S::GEMM_MR) {
+            (16, 8) => panel_rows::<S, 8, 2>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+            (8, 3) => panel_rows::<S, 3, 4>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+            (4, 3) => panel_rows::<S, 3, 8>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+            _ => panel_rows::<S, 2, { NR / 8 }>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+        }
+    });
+    drop(tail_panel);
+}
+
+/// All rows of one panel, `MR` rows at a time; a partial panel goes through a padded tile.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
+    m: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    bias: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    width: usize,
+) {
+    debug_assert_eq!(NV * S::LANES, NR);
+    let mut tile = [0.0f32; 8 * NR];
+    let mut r0 = 0;
+    while r0 < m {
+        let rows = MR.min(m - r0);
+        let a_r = a.add(r0 * lda);
+        let (dst, ld) = if width == NR { (c.add(r0 * ldc), ldc) } else { (tile.as_mut_ptr(), NR) };
+        macro_rules! rows_case {
+            ($($r:literal)*) => {
+                match rows {
+                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, dst, ld),)*
+                    _ => unreachable!(),
+                }
+            };
+        }
+        rows_case!(1 2 3 4 5 6 7 8);
+        if width < NR {
+            for r in 0..rows {
+                std::ptr::copy_nonoverlapping(tile.as_ptr().add(r * NR), c.add((r0 + r) * ldc), width);
+            }
+        }
+        r0 += rows;
+    }
+}
+
+/// `C[0..MR, 0..NV·LANES] = A[0..MR, 0..k] · B[0..k, panel] + bias` with all accumulators in
+/// registers.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    bias: *const f32,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let mut acc = [[S::zero(); NV]; MR];
+    if !bias.is_null() {
+        for v in 0..NV {
+            let bv = S::load(bias.add(v * S::LANES));
+            for row in acc.iter_mut() {
+                row[v] = bv;
+            }
+        }
+    }
+    for p in 0..k {
+        let brow = b.add(p * ldb);
+        let mut bv = [S::zero(); NV];
+        for (v, x) in bv.iter_mut().enumerate() {
+            *x = S::load(brow.add(v * S::LANES));
+        }
+        for (r, row) in acc.iter_mut().enumerate() {
+            let av = S::splat(*a.add(r * lda + p));
+            for v in 0..NV {
+                row[v] = S::fmadd(av, bv[v], row[v]);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (v, x) in row.iter().enumerate() {
+            S::store(c.add(r * ldc + v * S::LANES), *x);
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Unit tests of the kernels against a plain f64 reference, on every SIMD path this CPU has.
+
+use super::*;
+
+/// Small deterministic generator (xorshift64*), uniform in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next_f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40;
+        (x as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32() * scale).collect()
+    }
+}
+
+fn rope_tables(seq: usize, half: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut cos = Vec::new();
+    let mut sin = Vec::new();
+    for s in 0..seq {
+        for i in 0..half {
+            let theta = s as f64 * 10000f64.powf(-(i as f64) / half as f64);
+            cos.push(theta.cos() as f32);
+            sin.push(theta.sin() as f32);
+        }
+    }
+    (cos, sin)
+}
+
+/// Attention of one (batch, head) in f64: q rows `[sq][d]`, k/v `[sk][d]`.
+fn ref_attention_head(q: &[Vec<f64>], k: &[Vec<f64>], v: &[Vec<f64>], keep: &dyn Fn(usize, usize) -> bool, scale: f64) -> Vec<Vec<f64>> {
+    q.iter()
+        .enumerate()
+        .map(|(qi, qr)| {
+            let scores: Vec<f64> = k
+                .iter()
+                .enumerate()
+                .map(|(ki, kr)| if keep(qi, ki) { scale * qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() } else { -1e9 })
+                .collect();
+            let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            (0..qr.len()).map(|c| e.iter().zip(v).map(|(p, vr)| p * vr[c]).sum::<f64>() / sum).collect()
+        })
+        .collect()
+}
+
+struct Case {
+    b: usize,
+    s: usize,
+    h: usize,
+    heads: usize,
+    bias: bool,
+    rope: bool,
+    mask: &'static str,
+}
+
+fn make_mask(kind: &str, b: usize, s: usize, rng: &mut Rng) -> Option<Vec<f32>> {
+    match kind {
+        "none" => None,
+        "ones" => Some(vec![1.0; b * s]),
+        "padded" => Some((0..b * s).map(|i| if i % s < s.div_ceil(2) + (i / s) % 2 { 1.0 } else { 0.0 }).collect()),
+        "row0_masked" => Some((0..b * s).map(|i| if i / s == 0 { 0.0 } else { 1.0 }).collect()),
+        "random" => Some(
+            (0..b * s)
+                .map(|_| match rng.next_f32() {
+                    u if u > 0.2 => 1.0,
+                    u if u > 0.0 => 0.55,
+                    u if u > -0.3 => 0.45,
+                    _ => 0.0,
+                })
+                .collect(),
+        ),
+        _ => unreachable!(),
+    }
+}
+
+/// f64 reference of the fused block.
+fn ref_block(c: &Case, x: &[f32], w: &BlockWeights<'_>, mask: Option<&[f32]>, rope: Option<(&[f32], &[f32])>) -> Vec<f64> {
+    let (b, s, h) = (c.b, c.s, c.h);
+    let d = h / c.heads;
+    let half = d / 2;
+    let m = b * s;
+    let mut qkv = vec![0.0f64; m * 3 * h];
+    for r in 0..m {
+        for j in 0..3 * h {
+            let mut acc = w.qkv_b.map_or(0.0, |bb| bb[j] as f64);
+            for kk in 0..h {
+                acc += x[r * h + kk] as f64 * w.qkv_w[kk * 3 * h + j] as f64;
+            }
+            qkv[r * 3 * h + j] = acc;
+        }
+    }
+    if let Some((cos, sin)) = rope {
+        for r in 0..m {
+            let pos = r % s;
+            for off in [0, h] {
+                for hd in 0..c.heads {
+                    let base = r * 3 * h + off + hd * d;
+                    for i in 0..half {
+                        let (x1, x2) = (qkv[base + i], qkv[base + half + i]);
+                        let (co, si) = (cos[pos * half + i] as f64, sin[pos * half + i] as f64);
+                        qkv[base + i] = x1 * co - x2 * si;
+                        qkv[base + half + i] = x2 * co + x1 * si;
+                    }
+                }
+            }
+        }
+    }
+    let mut ctx = vec![0.0f64; m * h];
+    for bi in 0..b {
+        for hd in 0..c.heads {
+            let rows = |off: usize| -> Vec<Vec<f64>> { (0..s).map(|si| qkv[(bi * s + si) * 3 * h + off + hd * d..][..d].to_vec()).collect() };
+            let keep = |_q: usize, k: usize| mask.is_none_or(|mm| mm[bi * s + k] >= 0.5);
+            let o = ref_attention_head(&rows(0), &rows(h), &rows(2 * h), &keep, (d as f64).powf(-0.5));
+            for si in 0..s {
+                ctx[(bi * s + si) * h + hd * d..][..d].copy_from_slice(&o[si]);
+            }
+        }
+    }
+    let mut out = vec![0.0f64; m * h];
+    for r in 0..m {
+        for j in 0..h {
+            let mut acc = w.out_b.map_or(0.0, |bb| bb[j] as f64);
+            for kk in 0..h {
+                acc += ctx[r * h + kk] * w.out_w[kk * h + j] as f64;
+            }
+            out[r * h + j] = acc;
+        }
+    }
+    out
+}
+
+fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(err <= tol * (1.0 + w.abs()), "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+fn run_case(c: &Case, seed: u64) {
+    let mut rng = Rng(seed);
+    let (b, s, h) = (c.b, c.s, c.h);
+    let d = h / c.heads;
+    let x = rng.vec(b * s * h, 1.0);
+    let wscale = 1.0 / (h as f32).sqrt();
+    let qkv_w = rng.vec(h * 3 * h, 2.0 * wscale);
+    let out_w = rng.vec(h * h, wscale);
+    let qkv_b = rng.vec(3 * h, 0.5);
+    let out_b = rng.vec(h, 0.5);
+    let w = BlockWeights {
+        qkv_w: &qkv_w,
+        qkv_b: c.bias.then_some(&qkv_b[..]),
+        out_w: &out_w,
+        out_b: c.bias.then_some(&out_b[..]),
+    };
+    let mask = make_mask(c.mask, b, s, &mut rng);
+    let (cos, sin) = rope_tables(s, d / 2);
+    let rope = c.rope.then(|| Rope { cos: &cos, sin: &sin });
+    let want = ref_block(c, &x, &w, mask.as_deref(), c.rope.then_some((&cos[..], &sin[..])));
+    let shape = BlockShape { batch: b, seq: s, hidden: h, num_heads: c.heads };
+    let prepared = PreparedAttentionBlock::new(h, c.heads, w).unwrap();
+    for isa in Isa::available() {
+        for threads in [1, 2] {
+            let opts = RunOptions { threads: Some(threads), isa: Some(isa) };
+            let mut out = vec![f32::NAN; b * s * h];
+            fused_attention_block(shape, &x, w, mask.as_deref(), rope, opts, &mut out).unwrap();
+            let what = format!("block {isa} t{threads} b{b} s{s} h{h}/{} bias{} rope{} mask {}", c.heads, c.bias, c.rope, c.mask);
+            assert_close(&out, &want, 2e-4, &what);
+            let mut out2 = vec![f32::NAN; b * s * h];
+            prepared.run(b, s, &x, mask.as_deref(), rope, opts, &mut out2).unwrap();
+            assert_close(&out2, &want, 2e-4, &format!("prepared {what}"));
+        }
+    }
+}
+
+#[test]
+fn kernels_block_matches_reference_on_every_path() {
+    let cases = [
+        Case { b: 1, s: 1, h: 16, heads: 1, bias: true, rope: false, mask: "none" },
+        Case { b: 1, s: 3, h: 5, heads: 5, bias: false, rope: false, mask: "ones" },
+        Case { b: 2, s: 7, h: 48, heads: 3, bias: true, rope: true, mask: "padded" },
+        Case { b: 3, s: 5, h: 32, heads: 2, bias: true, rope: false, mask: "row0_masked" },
+        Case { b: 2, s: 9, h: 80, heads: 1, bias: false, rope: true, mask: "random" },
+        Case { b: 1, s: 70, h: 64, heads: 1, bias: true, rope: true, mask: "random" },
+        Case { b: 2, s: 33, h: 70, heads: 5, bias: true, rope: true, mask: "padded" },
+        Case { b: 1, s: 130, h: 36, heads: 2, bias: true, rope: false, mask: "padded" },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        run_case(c, 17 + i as u64);
+    }
+}
+
+#[test]
+fn kernels_attention_matches_reference_with_every_mask_kind() {
+    let mut rng = Rng(99);
+    let (b, sq, h, heads) = (2, 67, 24, 3);
+    let d = h / heads;
+    for sk in [67usize, 5] {
+        let q = rng.vec(b * sq * h, 1.0);
+        let k = rng.vec(b * sk * h, 1.0);
+        let v = rng.vec(b * sk * h, 1.0);
+        let keep = make_mask("random", b, sk, &mut rng).unwrap();
+        let kinds: Vec<(&str, MaskRef<'_>)> = if sk == sq {
+            vec![("none", MaskRef::None), ("keep", MaskRef::Keep(&keep)), ("causal", MaskRef::Causal(None)), ("causal+keep", MaskRef::Causal(Some(&keep)))]
+        } else {
+            vec![("none", MaskRef::None), ("keep", MaskRef::Keep(&keep))]
+        };
+        for (name, mask) in kinds {
+            let mut want = vec![0.0f64; b * sq * h];
+            for bi in 0..b {
+                for hd in 0..heads {
+                    let rows = |t: &[f32], s: usize| -> Vec<Vec<f64>> { (0..s).map(|si| t[(bi * s + si) * h + hd * d..][..d].iter().map(|&x| x as f64).collect()).collect() };
+                    let keep_fn = |qi: usize, ki: usize| {
+                        let by_mask = match mask {
+                            MaskRef::Keep(m) | MaskRef::Causal(Some(m)) => m[bi * sk + ki] >= 0.5,
+                            _ => true,
+                        };
+                        by_mask && !(matches!(mask, MaskRef::Causal(_)) && ki > qi)
+                    };
+                    let o = ref_attention_head(&rows(&q, sq), &rows(&k, sk), &rows(&v, sk), &keep_fn, 0.3);
+                    for si in 0..sq {
+                        for c in 0..d {
+                            want[(bi * sq + si) * h + hd * d + c] = o[si][c];
+                        }
+                    }
+                }
+            }
+            for isa in Isa::available() {
+                let mut out = vec![f32::NAN; b * sq * h];
+                let shape = AttentionShape { batch: b, seq_q: sq, seq_k: sk, hidden: h, num_heads: heads };
+                attention(shape, &q, &k, &v, mask, Some(0.3), RunOptions { threads: Some(2), isa: Some(isa) }, &mut out).unwrap();
+                assert_close(&out, &want, 1e-4, &format!("attention {name} {isa} sk{sk}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn kernels_exp_is_accurate_on_every_path() {
+    use super::simd::dispatch;
+    let xs: Vec<f32> = (0..2000).map(|i| -90.0 + i as f32 * 0.05).chain([0.0, -0.0, -87.2, 1e-8]).collect();
+    for isa in Isa::available() {
+        let mut got = vec![0.0f32; xs.len()];
+        let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
+        dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize) {
+            let mut i = 0;
+            while i < n {
+                let m = S::LANES.min(n - i);
+                S::store_partial(gp.add(i), S::exp(S::load_partial(xp.add(i), m)), m);
+                i += m;
+            }
+        });
+        for (&x, &g) in xs.iter().zip(&got) {
+            let want = (x as f64).exp();
+            if x < -87.3 {
+                assert_eq!(g, 0.0, "{isa}: exp({x}) flushes to 0");
+            } else {
+                assert!(((g as f64 - want) / want).abs() < 1e-6, "{isa}: exp({x}) = {g}, want {want}");
+            }
+        }
+        let specials = [f32::NAN, f32::NEG_INFINITY];
+        let mut out = [1.0f32; 2];
+        let (sp, op) = (specials.as_ptr(), out.as_mut_ptr());
+        dispatch!(isa, |S| (sp: *const f32, op: *mut f32) {
+            S::store_partial(op, S::exp(S::load_partial(sp, 2)), 2);
+        });
+        assert!(out[0].is_nan(), "{isa}: exp(NaN) is NaN");
+        assert_eq!(out[1], 0.0, "{isa}: exp(-inf) is 0");
+    }
+}
+
+#[test]
+fn kernels_nan_propagates_like_numpy() {
+    let (b, s, h, heads) = (2, 4, 16, 2);
+    let mut rng = Rng(5);
+    let mut x = rng.vec(b * s * h, 1.0);
+    x[s * h + 3] = f32::NAN; // batch 1, position 0
+    let qkv_w = rng.vec(h * 3 * h, 0.3);
+    let out_w = rng.vec(h * h, 0.3);
+    let w = BlockWeights { qkv_w: &qkv_w, qkv_b: None, out_w: &out_w, out_b: None };
+    for isa in Isa::available() {
+        let mut out = vec![0.0f32; b * s * h];
+        let shape = BlockShape { batch: b, seq: s, hidden: h, num_heads: heads };
+        fused_attention_block(shape, &x, w, None, None, RunOptions { threads: Some(1), isa: Some(isa) }, &mut out).unwrap();
+        assert!(out[..s * h].iter().all(|v| v.is_finite()), "{isa}: batch 0 untouched");
+        assert!(out[s * h..].iter().all(|v| v.is_nan()), "{isa}: batch 1 all NaN, as numpy gives");
+    }
+}
+
+#[test]
+fn kernels_reject_bad_shapes_with_named_arguments() {
+    let w = vec![0.0f32; 8 * 24];
+    let o = vec![0.0f32; 64];
+    let bw = BlockWeights { qkv_w: &w, qkv_b: None, out_w: &o, out_b: None };
+    let x = vec![0.0f32; 16];
+    let mut out = vec![0.0f32; 16];
+    let shape = BlockShape { batch: 1, seq: 2, hidden: 8, num_heads: 3 };
+    let e = fused_attention_block(shape, &x, bw, None, None, RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("num_heads=3"), "{e}");
+    let shape = BlockShape { num_heads: 2, ..shape };
+    let e = fused_attention_block(shape, &x[..15], bw, None, None, RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("hidden") && e.0.contains("[1, 2, 8]"), "{e}");
+    let e = fused_attention_block(shape, &x, bw, Some(&[1.0]), None, RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("mask") && e.0.contains("[1, 2]"), "{e}");
+    let cos = vec![0.0f32; 4];
+    let shape_odd = BlockShape { num_heads: 8, ..shape };
+    let e = fused_attention_block(shape_odd, &x, bw, None, Some(Rope { cos: &cos, sin: &cos }), RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("even head_dim"), "{e}");
+    let bad = BlockWeights { qkv_w: &w[..10], ..bw };
+    assert!(PreparedAttentionBlock::new(8, 2, bad).unwrap_err().0.contains("qkv_w"));
+}
+
+#[test]
+fn kernels_isa_selection_honours_requests() {
+    assert_eq!(Isa::select(Some(Isa::Scalar)), Isa::Scalar);
+    for isa in Isa::available() {
+        assert_eq!(Isa::select(Some(isa)), isa);
+    }
+    // An unavailable request falls back to something this CPU runs.
+    assert!(Isa::select(Some(Isa::Neon)).is_available());
+    assert_eq!(Isa::parse(" AVX512 "), Some(Isa::Avx512));
+    assert_eq!(Isa::parse("sse"), None);
+}
