@@ -1,1 +1,22 @@
-"""rlx-rules: declarative pattern-matching rewrites for ML computation graphs, with a Rust core."""
+"""rlx-rules: declarative pattern-matching rewrites for ML computation graphs, with a Rust core.
+
+    >>> import rlx_rules
+    >>> rules = rlx_rules.load_rules()                 # the bundled standard library
+    >>> graph = rlx_rules.load_graph(rlx_rules.examples.bert_encoder(layers=2))
+    >>> fused, report = rules.apply(graph)
+    >>> fused.op_counts()["FusedAttentionBlock"]
+    2
+"""
+
+from . import examples
+from ._native import __version__
+from .api import RuleSet, bundled_rules_dir, compile_rules, compile_text, default_rules, load_rules
+from .errors import ApplyError, Diagnostic, GraphError, ParamError, ProgramError, RlxRulesError, RuleError
+from .graph import Graph, Node, load_graph
+from .report import Report
+
+__all__ = [
+    "ApplyError", "Diagnostic", "Graph", "GraphError", "Node", "ParamError", "ProgramError", "Report",
+    "RlxRulesError", "RuleError", "RuleSet", "__version__", "bundled_rules_dir", "compile_rules", "compile_text",
+    "default_rules", "examples", "load_graph", "load_rules",
+]

@@ -2,11 +2,13 @@
 
 use pyo3::prelude::*;
 
+mod engine;
 mod kernels;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    engine::register(m)?;
     kernels::register(m)?;
     Ok(())
 }

@@ -1,0 +1,107 @@
+"""The Python API: compile rule files into a RuleSet, and apply it to graphs (the work runs in Rust)."""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+from . import _native
+from .check import check
+from .compile import compile_program
+from .errors import Diagnostic
+from .graph import Graph, load_graph
+from .params import ParamValue, resolve
+from .parse import parse_files
+from .registry import Registry, builtin_registry
+from .report import Report
+
+PathLike = Union[str, os.PathLike]
+
+
+def bundled_rules_dir() -> Path:
+    """The folder of the standard rule library shipped in the package."""
+    return Path(str(resources.files(__package__).joinpath("rules")))
+
+
+def default_rules() -> Path:
+    return bundled_rules_dir() / "default.rlxr"
+
+
+class RuleSet:
+    """Compiled rules, ready to apply. `program` is the JSON matcher program (see docs/program.md)."""
+
+    def __init__(self, program: dict, warnings: Sequence[Diagnostic] = (), params: Optional[Mapping[str, object]] = None):
+        self.program = program
+        self.warnings = list(warnings)
+        self._native = _native.Program(json.dumps(program))
+        self._overrides = dict(params or {})
+        self.param_values()  # validate the overrides and environment now, when the rules load
+
+    @property
+    def rule_names(self) -> list[str]:
+        return list(self._native.rule_names)
+
+    @property
+    def phases(self) -> list[str]:
+        return [p["name"] for p in self.program["phases"]]
+
+    def param_values(self, overrides: Optional[Mapping[str, object]] = None) -> dict[str, ParamValue]:
+        """The values in force: overrides, then these rules' own overrides, then env vars, then defaults."""
+        merged = {**self._overrides, **(overrides or {})}
+        return resolve(self.program["params"], merged)
+
+    def with_params(self, **params: object) -> "RuleSet":
+        return RuleSet(self.program, self.warnings, {**self._overrides, **params})
+
+    def apply(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
+              max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
+              fail_after_rewrites: Optional[int] = None) -> tuple[Graph, Report]:
+        """Apply the rules; returns the rewritten graph and the report. The input graph is unchanged."""
+        graph = load_graph(graph)
+        values = self.param_values(params)
+        native_graph, report_json = self._native.apply(
+            graph._native, json.dumps({k: v.value for k, v in values.items()}),
+            max_rewrites=max_rewrites, time_budget_s=time_budget_s, fail_after_rewrites=fail_after_rewrites)
+        data = json.loads(report_json)
+        data["params_in_force"] = {k: {"value": v.value, "source": v.source} for k, v in values.items()}
+        return Graph(native_graph), Report(data)
+
+    def __repr__(self) -> str:
+        return f"<RuleSet: {len(self.rule_names)} rules in phases {', '.join(self.phases)}>"
+
+
+def compile_rules(paths: Sequence[PathLike], *, params: Optional[Mapping[str, object]] = None,
+                  registry: Optional[Registry] = None) -> RuleSet:
+    """Parse, check and compile rule files (and what they include). Raises RuleError listing every error."""
+    registry = registry or builtin_registry()
+    files, sources = parse_files([os.fspath(p) for p in paths])
+    checked = check(files, sources, registry)
+    program = compile_program(checked, registry, sources)
+    return RuleSet(program, checked.warnings, params)
+
+
+def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mapping[str, object]] = None,
+                 registry: Optional[Registry] = None) -> RuleSet:
+    """Compile rules given as text (includes are not allowed here)."""
+    from .parse import parse_text
+
+    registry = registry or builtin_registry()
+    parsed = parse_text(text, filename)
+    from . import ast
+
+    includes = [i for i in parsed.items if isinstance(i, ast.Include)]
+    if includes:
+        from .errors import RuleError
+
+        raise RuleError([Diagnostic(includes[0].loc, "include needs a rule file on disk; use compile_rules(paths)",
+                                    source_line=text.splitlines()[includes[0].loc.line - 1])])
+    checked = check([parsed], {filename: text}, registry)
+    return RuleSet(compile_program(checked, registry, {filename: text}), checked.warnings, params)
+
+
+def load_rules(*paths: PathLike, params: Optional[Mapping[str, object]] = None) -> RuleSet:
+    """Compile the given rule files, or the bundled standard library when none are given."""
+    return compile_rules(list(paths) or [default_rules()], params=params)

@@ -1,0 +1,131 @@
+"""Graphs in Python: a thin, notebook-friendly view over the Rust-held graph (load, inspect, write)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Union
+
+from . import _native
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node, as read from the graph's JSON."""
+
+    id: int
+    op: str
+    inputs: tuple[int, ...]
+    attrs: dict
+    shape: Optional[tuple]
+    dtype: Optional[str]
+    name: Optional[str]
+
+    def __repr__(self) -> str:
+        label = f" {self.name!r}" if self.name else ""
+        ins = f"({', '.join(f'%{i}' for i in self.inputs)})" if self.inputs else ""
+        attrs = f" {self.attrs}" if self.attrs else ""
+        shape = f" : {list(self.shape)}" if self.shape is not None else ""
+        return f"%{self.id}{label} = {self.op}{ins}{attrs}{shape}"
+
+
+class Graph:
+    """A validated graph. Nodes are in topological order. Immutable: rewrites return a new Graph."""
+
+    def __init__(self, native: "_native.Graph"):
+        self._native = native
+        self._nodes: Optional[list[Node]] = None
+
+    @classmethod
+    def from_json(cls, text: Union[str, bytes]) -> "Graph":
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return cls(_native.Graph.from_json(text))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Graph":
+        return cls.from_json(json.dumps(data))
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "Graph":
+        return cls(_native.Graph.load(os.fspath(path)))
+
+    def to_json(self, pretty: bool = False) -> str:
+        return self._native.to_json(pretty)
+
+    def to_dict(self) -> dict:
+        return json.loads(self.to_json())
+
+    def write(self, path: Union[str, os.PathLike], pretty: bool = False) -> None:
+        """Write atomically: a temporary file in the same folder, then a rename."""
+        self._native.write(os.fspath(path), pretty)
+
+    @property
+    def name(self) -> Optional[str]:
+        return self._native.name
+
+    @property
+    def outputs(self) -> list[int]:
+        return list(self._native.outputs)
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._native.warnings)
+
+    @property
+    def nodes(self) -> list[Node]:
+        if self._nodes is None:
+            self._nodes = [
+                Node(n["id"], n["op"], tuple(n.get("inputs", ())), n.get("attrs", {}),
+                     tuple(n["shape"]) if n.get("shape") is not None else None, n.get("dtype"), n.get("name"))
+                for n in self.to_dict()["nodes"]
+            ]
+        return self._nodes
+
+    def node(self, id: int) -> Node:
+        for n in self.nodes:
+            if n.id == id:
+                return n
+        raise KeyError(f"no node with id {id}")
+
+    def find(self, op: str) -> list[Node]:
+        """Nodes with op `op`, in topological order."""
+        return [n for n in self.nodes if n.op == op]
+
+    def op_counts(self) -> Counter:
+        return Counter(self._native.op_counts())
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes)
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Graph) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(self.to_json())
+
+    def __repr__(self) -> str:
+        ops = ", ".join(f"{op}×{n}" for op, n in self.op_counts().most_common(6))
+        more = "" if len(self.op_counts()) <= 6 else ", …"
+        return f"<Graph {self.name!r}: {len(self)} nodes ({ops}{more}), outputs {self.outputs}>"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{op}</td><td>{n}</td></tr>" for op, n in self.op_counts().most_common())
+        return (f"<b>Graph {self.name or ''}</b>: {len(self)} nodes, outputs {self.outputs}"
+                f"<table><tr><th>op</th><th>count</th></tr>{rows}</table>")
+
+
+def load_graph(source: Union[str, os.PathLike, dict, Graph]) -> Graph:
+    """A Graph from a path, a graph.json string, a dict, or a Graph (returned as is)."""
+    if isinstance(source, Graph):
+        return source
+    if isinstance(source, dict):
+        return Graph.from_dict(source)
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        return Graph.from_json(source)
+    return Graph.load(source)

@@ -1,0 +1,399 @@
+"""Parse .rlxr text with the Lark grammar into ast.py dataclasses; syntax errors become RuleError."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import lark
+from lark import Transformer, v_args
+
+from . import ast
+from .errors import Diagnostic, RuleError
+
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+MAX_NESTING = 200
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    grammar = resources.files(__package__).joinpath("grammar.lark").read_text(encoding="utf-8")
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def _unquote(token: str) -> str:
+    body = token[1:-1]
+    out, i = [], 0
+    escapes = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            out.append(escapes.get(body[i + 1], body[i + 1]))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+class _ToAst(Transformer):
+    """Builds AST nodes bottom-up; every node gets the span of its parse-tree node or token."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def _loc(self, meta_or_token) -> ast.Loc:
+        m = meta_or_token
+        line = getattr(m, "line", None)
+        if line is None:
+            return ast.Loc(self.path, 1, 1)
+        return ast.Loc(self.path, line, m.column, getattr(m, "end_line", 0) or 0, getattr(m, "end_column", 0) or 0)
+
+    # ---- expressions ----
+    @v_args(meta=True)
+    def int_lit(self, meta, children):
+        return ast.Lit(int(children[0]), self._loc(meta))
+
+    @v_args(meta=True)
+    def float_lit(self, meta, children):
+        return ast.Lit(float(children[0]), self._loc(meta))
+
+    @v_args(meta=True)
+    def str_lit(self, meta, children):
+        return ast.Lit(_unquote(str(children[0])), self._loc(meta))
+
+    @v_args(meta=True)
+    def true_lit(self, meta, children):
+        return ast.Lit(True, self._loc(meta))
+
+    @v_args(meta=True)
+    def false_lit(self, meta, children):
+        return ast.Lit(False, self._loc(meta))
+
+    @v_args(meta=True)
+    def null_lit(self, meta, children):
+        return ast.Lit(None, self._loc(meta))
+
+    @v_args(meta=True)
+    def name(self, meta, children):
+        return ast.Name(str(children[0]), self._loc(meta))
+
+    @v_args(meta=True)
+    def call(self, meta, children):
+        fn, *args = children
+        return ast.Call(str(fn), tuple(a for a in args if a is not None), self._loc(meta))
+
+    @v_args(meta=True)
+    def list_lit(self, meta, children):
+        return ast.ListExpr(tuple(c for c in children if c is not None), self._loc(meta))
+
+    @v_args(meta=True)
+    def get_attr(self, meta, children):
+        return ast.GetAttr(children[0], str(children[1]), self._loc(meta))
+
+    def _bin(op):  # noqa: N805 - a small factory used at class creation time
+        @v_args(meta=True)
+        def build(self, meta, children):
+            return ast.BinOp(op, children[0], children[-1], self._loc(meta))
+
+        return build
+
+    or_op, and_op = _bin("or"), _bin("and")
+    add, sub, mul, div, mod = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("%")
+
+    @v_args(meta=True)
+    def compare(self, meta, children):
+        left, op, right = children
+        return ast.BinOp(str(op), left, right, self._loc(meta))
+
+    @v_args(meta=True)
+    def not_op(self, meta, children):
+        return ast.UnaryOp("not", children[0], self._loc(meta))
+
+    @v_args(meta=True)
+    def neg(self, meta, children):
+        return ast.UnaryOp("-", children[0], self._loc(meta))
+
+    def set_lit(self, children):
+        return tuple(c for c in children if c is not None)
+
+    @v_args(meta=True)
+    def in_set(self, meta, children):
+        return ast.InSet(children[0], children[1], False, self._loc(meta))
+
+    @v_args(meta=True)
+    def not_in_set(self, meta, children):
+        return ast.InSet(children[0], children[1], True, self._loc(meta))
+
+    @v_args(meta=True)
+    def is_null(self, meta, children):
+        return ast.IsNull(children[0], False, self._loc(meta))
+
+    @v_args(meta=True)
+    def is_not_null(self, meta, children):
+        return ast.IsNull(children[0], True, self._loc(meta))
+
+    # ---- patterns ----
+    @v_args(meta=True)
+    def pattern_ref(self, meta, children):
+        return ast.PatRef(str(children[0]), self._loc(meta))
+
+    def pattern_arg(self, children):
+        return children[0]
+
+    def op_names(self, children):
+        return tuple((str(t), self._loc(t)) for t in children)
+
+    @v_args(meta=True)
+    def constraint_eq(self, meta, children):
+        return ast.Constraint(str(children[0]), children[1], None, self._loc(children[0]))
+
+    @v_args(meta=True)
+    def constraint_in(self, meta, children):
+        return ast.Constraint(str(children[0]), None, children[1], self._loc(children[0]))
+
+    def constraints(self, children):
+        return tuple(c for c in children if c is not None)
+
+    @v_args(meta=True)
+    def op_pattern(self, meta, children):
+        names, *rest = children
+        constraints = rest[-1] if rest and isinstance(rest[-1], tuple) else ()
+        args = tuple(a for a in rest if isinstance(a, (ast.PatRef, ast.OpPattern)))
+        loc = names[0][1]
+        loc = ast.Loc(loc.file, loc.line, loc.col, loc.end_line, loc.end_col)
+        return ast.OpPattern(tuple(n for n, _ in names), args, constraints, loc)
+
+    @v_args(meta=True)
+    def binding(self, meta, children):
+        return ast.Binding(str(children[0]), children[1], self._loc(children[0]))
+
+    def match_block(self, children):
+        return ("match", tuple(children))
+
+    # ---- rule body ----
+    @v_args(meta=True)
+    def let_stmt(self, meta, children):
+        return ast.Let(str(children[0]), children[1], self._loc(children[0]))
+
+    @v_args(meta=True)
+    def where_stmt(self, meta, children):
+        return ast.Where(children[0], self._loc(meta))
+
+    @v_args(meta=True)
+    def keep_stmt(self, meta, children):
+        return ast.Keep(tuple((str(t), self._loc(t)) for t in children), self._loc(meta))
+
+    @v_args(meta=True)
+    def new_attr(self, meta, children):
+        return (str(children[0]), children[1], self._loc(children[0]))
+
+    def new_attrs(self, children):
+        return tuple(c for c in children if c is not None)
+
+    @v_args(meta=True)
+    def new_node(self, meta, children):
+        op = children[0]
+        shape, dtype = children[-2], children[-1]
+        attrs = children[-3] if children[-3] is not None and isinstance(children[-3], tuple) else ()
+        inputs = tuple((str(t), self._loc(t)) for t in children[1:-3] if t is not None)
+        return ast.NewNode(str(op), inputs, attrs, shape, dtype, self._loc(op))
+
+    @v_args(meta=True)
+    def rewrite_one(self, meta, children):
+        item = ast.RewriteItem(str(children[0]), children[1], True, self._loc(children[0]))
+        return ast.Rewrite((item,), self._loc(meta))
+
+    @v_args(meta=True)
+    def rewrite_let(self, meta, children):
+        return ast.RewriteItem(str(children[0]), children[1], False, self._loc(children[0]))
+
+    @v_args(meta=True)
+    def rewrite_replace(self, meta, children):
+        return ast.RewriteItem(str(children[0]), children[1], True, self._loc(children[0]))
+
+    @v_args(meta=True)
+    def rewrite_block(self, meta, children):
+        return ast.Rewrite(tuple(children), self._loc(meta))
+
+    def rule_phase(self, children):
+        return ("phase", str(children[0]), self._loc(children[0]))
+
+    def rule_priority(self, children):
+        return ("priority", int(children[0]), self._loc(children[0]))
+
+    def rule_when(self, children):
+        return ("when", tuple((str(t), self._loc(t)) for t in children), None)
+
+    def rule_opt(self, children):
+        return children[0]
+
+    @v_args(meta=True)
+    def rule(self, meta, children):
+        name, *body = children
+        phase, priority, gates = None, 0, ()
+        bindings, lets, wheres, keeps, rewrites = [], [], [], [], []
+        for part in body:
+            if isinstance(part, tuple) and part and part[0] == "phase":
+                phase = part[1]
+            elif isinstance(part, tuple) and part and part[0] == "priority":
+                priority = part[1]
+            elif isinstance(part, tuple) and part and part[0] == "when":
+                gates += part[1]
+            elif isinstance(part, tuple) and part and part[0] == "match":
+                bindings.extend(part[1])
+            elif isinstance(part, ast.Let):
+                lets.append(part)
+            elif isinstance(part, ast.Where):
+                wheres.append(part)
+            elif isinstance(part, ast.Keep):
+                keeps.append(part)
+            elif isinstance(part, ast.Rewrite):
+                rewrites.append(part)
+        return ast.Rule(str(name), phase, priority, gates, tuple(bindings), tuple(lets), tuple(wheres),
+                        tuple(keeps), tuple(rewrites), self._loc(name))
+
+    # ---- top level ----
+    @v_args(meta=True)
+    def include(self, meta, children):
+        return ast.Include(_unquote(str(children[0])), self._loc(meta))
+
+    @v_args(meta=True)
+    def param(self, meta, children):
+        name, type_name, default = children
+        return ast.Param(str(name), str(type_name), self._loc(type_name), default, self._loc(name))
+
+    @v_args(meta=True)
+    def phase_decl(self, meta, children):
+        cap = int(children[1]) if children[1] is not None else None
+        return ast.PhaseDecl(str(children[0]), cap, self._loc(children[0]))
+
+    def _gate(self, quantifier, children):
+        name, op, var, cond = children
+        return ast.Gate(str(name), quantifier, str(op), str(var), cond, self._loc(name))
+
+    def gate_any(self, children):
+        return self._gate("any", children)
+
+    def gate_all(self, children):
+        return self._gate("all", children)
+
+    def gate_expr(self, children):
+        return ast.Gate(str(children[0]), None, None, None, children[1], self._loc(children[0]))
+
+    def start(self, children):
+        return tuple(children)
+
+
+def _nesting_depth(text: str) -> int:
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
+def _syntax_error(path: str, text: str, err: lark.exceptions.UnexpectedInput) -> RuleError:
+    line, col = getattr(err, "line", 1) or 1, getattr(err, "column", 1) or 1
+    if isinstance(err, lark.exceptions.UnexpectedToken):
+        token = err.token
+        if token.type == "$END":
+            what = "unexpected end of file"
+        else:
+            what = f"unexpected {str(token)!r}"
+        expected = sorted(_describe(t) for t in err.accepts or err.expected)
+        message = f"syntax error: {what}; expected one of: {', '.join(expected[:12])}"
+    elif isinstance(err, lark.exceptions.UnexpectedCharacters):
+        message = f"syntax error: unexpected character {text[err.pos_in_stream]!r}" if err.pos_in_stream < len(text) \
+            else "syntax error: unexpected character"
+    else:
+        message = "syntax error: unexpected end of file"
+    lines = text.splitlines()
+    source = lines[line - 1] if 0 < line <= len(lines) else None
+    return RuleError([Diagnostic(ast.Loc(path, line, col), message, source_line=source)])
+
+
+_TERMINAL_NAMES = {"NAME": "a name", "INT": "an integer", "SIGNED_INT": "an integer", "STRING": "a string",
+                   "DECIMAL": "a number", "COMP_OP": "a comparison"}
+
+
+def _describe(terminal: str) -> str:
+    if terminal in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[terminal]
+    try:
+        pattern = _parser().get_terminal(terminal).pattern
+        return repr(pattern.value)
+    except (KeyError, AttributeError):
+        return terminal
+
+
+def parse_text(text: str, path: str = "<string>") -> ast.RuleFile:
+    """Parse one rule file's text. Raises RuleError (with file:line:col and a caret) on a syntax error."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
+        raise RuleError([Diagnostic(ast.Loc(path, 1, 1), f"rule file is larger than {MAX_SOURCE_BYTES} bytes")])
+    if _nesting_depth(text) > MAX_NESTING:
+        raise RuleError([Diagnostic(ast.Loc(path, 1, 1), f"brackets nest deeper than {MAX_NESTING} levels")])
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedInput as err:
+        raise _syntax_error(path, text, err) from None
+    return ast.RuleFile(path, _ToAst(path).transform(tree))
+
+
+MAX_INCLUDE_DEPTH = 16
+
+
+def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
+    """Parse rule files and, depth first, the files they include (each file once, in include order).
+
+    Include paths are relative to the including file. Returns the files in the order their items apply,
+    and each file's source text (for diagnostics). Raises RuleError for unreadable files, syntax errors,
+    include cycles and includes nested deeper than MAX_INCLUDE_DEPTH.
+    """
+    import os
+
+    files: list[ast.RuleFile] = []
+    sources: dict[str, str] = {}
+    done: set[str] = set()
+
+    def load(path: str, stack: list[str], at: ast.Loc | None) -> None:
+        real = os.path.realpath(path)
+        if real in stack:
+            cycle = " -> ".join(os.path.basename(p) for p in stack[stack.index(real):] + [real])
+            raise RuleError([Diagnostic(at, f"include cycle: {cycle}", source_line=_source_line(sources, at))])
+        if real in done:
+            return
+        if len(stack) >= MAX_INCLUDE_DEPTH:
+            raise RuleError([Diagnostic(at, f"includes nest deeper than {MAX_INCLUDE_DEPTH} files",
+                                        source_line=_source_line(sources, at))])
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise RuleError([Diagnostic(at, f"cannot read rule file {path!r}: {reason}",
+                                        source_line=_source_line(sources, at))]) from None
+        display = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+        sources[display] = text
+        parsed = parse_text(text, display)
+        done.add(real)
+        for item in parsed.items:
+            if isinstance(item, ast.Include):
+                target = os.path.join(os.path.dirname(path), item.path)
+                load(target, stack + [real], item.loc)
+        files.append(ast.RuleFile(display, tuple(i for i in parsed.items if not isinstance(i, ast.Include))))
+
+    for path in paths:
+        load(str(path), [], None)
+    return files, sources
+
+
+def _source_line(sources: dict[str, str], loc: ast.Loc | None) -> str | None:
+    if loc is None or loc.file not in sources:
+        return None
+    lines = sources[loc.file].splitlines()
+    return lines[loc.line - 1] if 0 < loc.line <= len(lines) else None

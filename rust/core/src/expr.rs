@@ -1,0 +1,329 @@
+//! Evaluation of guard and attribute expressions against bound nodes; a failure is a value, never a panic.
+//!
+//! An expression that cannot be evaluated (a missing shape, arithmetic on a symbolic dim, an index
+//! out of range, an inexact division, an overflow) fails, and the guard that holds it fails with
+//! it: the rule does not fire. That is the safe direction for a rewrite engine.
+
+use serde_json::Value;
+
+use crate::graph::Dim;
+use crate::program::{BinOp, Builtin, Expr};
+use crate::workgraph::WorkGraph;
+
+/// A runtime value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    /// A symbolic dim: equal only to the same name.
+    Sym(String),
+    List(Vec<Val>),
+    /// A node, by arena index.
+    Node(usize),
+}
+
+/// Why an expression could not be evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalError(pub String);
+
+pub type EvalResult = Result<Val, EvalError>;
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, EvalError> {
+    Err(EvalError(msg.into()))
+}
+
+impl Val {
+    pub fn from_json(v: &Value) -> EvalResult {
+        Ok(match v {
+            Value::Null => Val::Null,
+            Value::Bool(b) => Val::Bool(*b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Val::Int(i),
+                None => Val::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => Val::Str(s.clone()),
+            Value::Array(items) => Val::List(items.iter().map(Val::from_json).collect::<Result<_, _>>()?),
+            Value::Object(_) => return fail("an object attribute cannot be used in an expression"),
+        })
+    }
+
+    /// The JSON form, for attributes of new nodes. Nodes have none.
+    pub fn to_json(&self) -> Result<Value, EvalError> {
+        Ok(match self {
+            Val::Null => Value::Null,
+            Val::Bool(b) => Value::Bool(*b),
+            Val::Int(i) => Value::from(*i),
+            Val::Float(f) => serde_json::Number::from_f64(*f).map(Value::Number).ok_or_else(|| EvalError(format!("{f} is not a finite number")))?,
+            Val::Str(s) | Val::Sym(s) => Value::String(s.clone()),
+            Val::List(items) => Value::Array(items.iter().map(Val::to_json).collect::<Result<_, _>>()?),
+            Val::Node(_) => return fail("a node cannot be an attribute value"),
+        })
+    }
+
+    fn from_dim(d: &Dim) -> Val {
+        match d {
+            Dim::Static(n) => Val::Int(*n),
+            Dim::Symbolic(s) => Val::Sym(s.clone()),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Val::Null => "null",
+            Val::Bool(_) => "bool",
+            Val::Int(_) => "int",
+            Val::Float(_) => "float",
+            Val::Str(_) => "str",
+            Val::Sym(_) => "symbolic dim",
+            Val::List(_) => "list",
+            Val::Node(_) => "node",
+        }
+    }
+}
+
+impl std::fmt::Display for Val {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Val::Null => write!(f, "null"),
+            Val::Bool(b) => write!(f, "{b}"),
+            Val::Int(i) => write!(f, "{i}"),
+            Val::Float(x) => write!(f, "{x}"),
+            Val::Str(s) => write!(f, "{s}"),
+            Val::Sym(s) => write!(f, "{s}"),
+            Val::List(items) => {
+                write!(f, "[")?;
+                for (k, v) in items.iter().enumerate() {
+                    if k > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                write!(f, "]")
+            }
+            Val::Node(i) => write!(f, "%{i}"),
+        }
+    }
+}
+
+/// What an expression can see: the graph, the bound slots, the parameter values.
+pub struct Env<'a> {
+    pub graph: &'a WorkGraph,
+    pub slots: &'a [usize],
+    pub params: &'a [Val],
+}
+
+impl Env<'_> {
+    pub fn eval(&self, e: &Expr) -> EvalResult {
+        match e {
+            Expr::Lit(v) => Val::from_json(v),
+            Expr::Slot(s) => Ok(Val::Node(self.slots[*s])),
+            Expr::Param(p) => Ok(self.params.get(*p).cloned().unwrap_or(Val::Null)),
+            Expr::Attr(name, of) => {
+                let i = self.node(of)?;
+                match self.graph.nodes[i].attrs.get(name) {
+                    Some(v) => Val::from_json(v),
+                    None => Ok(Val::Null),
+                }
+            }
+            Expr::Call(b, args) => self.call(*b, args),
+            Expr::Bin(BinOp::And, l, r) => Ok(Val::Bool(self.truth(l)? && self.truth(r)?)),
+            Expr::Bin(BinOp::Or, l, r) => Ok(Val::Bool(self.truth(l)? || self.truth(r)?)),
+            Expr::Bin(op, l, r) => binary(*op, self.eval(l)?, self.eval(r)?),
+            Expr::Not(x) => Ok(Val::Bool(!self.truth(x)?)),
+            Expr::Neg(x) => match self.eval(x)? {
+                Val::Int(i) => i.checked_neg().map(Val::Int).ok_or_else(|| EvalError("integer overflow".into())),
+                Val::Float(f) => Ok(Val::Float(-f)),
+                other => fail(format!("cannot negate a {}", other.kind())),
+            },
+            Expr::In { value, set, negated } => {
+                let v = self.eval(value)?;
+                let mut found = false;
+                for item in set {
+                    if equal(&v, &self.eval(item)?)? {
+                        found = true;
+                        break;
+                    }
+                }
+                Ok(Val::Bool(found != *negated))
+            }
+            Expr::IsNull { value, negated } => Ok(Val::Bool((self.eval(value)? == Val::Null) != *negated)),
+            Expr::List(items) => Ok(Val::List(items.iter().map(|x| self.eval(x)).collect::<Result<_, _>>()?)),
+        }
+    }
+
+    /// Evaluate a condition; anything but a bool is an error.
+    pub fn truth(&self, e: &Expr) -> Result<bool, EvalError> {
+        match self.eval(e)? {
+            Val::Bool(b) => Ok(b),
+            other => fail(format!("condition is a {}, not a bool", other.kind())),
+        }
+    }
+
+    fn node(&self, e: &Expr) -> Result<usize, EvalError> {
+        match self.eval(e)? {
+            Val::Node(i) => Ok(i),
+            other => fail(format!("expected a node, got a {}", other.kind())),
+        }
+    }
+
+    fn shape(&self, i: usize) -> Result<&[Dim], EvalError> {
+        let node = &self.graph.nodes[i];
+        node.shape.as_deref().ok_or_else(|| EvalError(format!("{} has no shape", node.label())))
+    }
+
+    fn call(&self, b: Builtin, args: &[Expr]) -> EvalResult {
+        let g = self.graph;
+        match b {
+            Builtin::Uses => Ok(Val::Int(g.uses(self.node(&args[0])?) as i64)),
+            Builtin::IsOutput => {
+                for a in args {
+                    if g.is_output(self.node(a)?) {
+                        return Ok(Val::Bool(true));
+                    }
+                }
+                Ok(Val::Bool(false))
+            }
+            Builtin::Rank => Ok(Val::Int(self.shape(self.node(&args[0])?)?.len() as i64)),
+            Builtin::Dim => {
+                let i = self.node(&args[0])?;
+                let shape = self.shape(i)?;
+                let Val::Int(k) = self.eval(&args[1])? else { return fail("dim() index must be an int") };
+                let rank = shape.len() as i64;
+                let at = if k < 0 { k + rank } else { k };
+                if at < 0 || at >= rank {
+                    return fail(format!("dim index {k} is out of range for rank {rank}"));
+                }
+                Ok(Val::from_dim(&shape[at as usize]))
+            }
+            Builtin::Shape => Ok(Val::List(self.shape(self.node(&args[0])?)?.iter().map(Val::from_dim).collect())),
+            Builtin::Numel => {
+                let mut n: i64 = 1;
+                for d in self.shape(self.node(&args[0])?)? {
+                    let Dim::Static(s) = d else { return fail(format!("numel of a shape with symbolic dim {d}")) };
+                    n = n.checked_mul(*s).ok_or_else(|| EvalError("integer overflow".into()))?;
+                }
+                Ok(Val::Int(n))
+            }
+            Builtin::IsStatic => {
+                fn is_static(v: &Val) -> bool {
+                    match v {
+                        Val::Int(_) => true,
+                        Val::List(items) => items.iter().all(is_static),
+                        _ => false,
+                    }
+                }
+                for a in args {
+                    if !is_static(&self.eval(a)?) {
+                        return Ok(Val::Bool(false));
+                    }
+                }
+                Ok(Val::Bool(true))
+            }
+            Builtin::Op => Ok(Val::Str(g.nodes[self.node(&args[0])?].op.clone())),
+            Builtin::Dtype => Ok(g.nodes[self.node(&args[0])?].dtype.clone().map_or(Val::Null, Val::Str)),
+            Builtin::InputCount => Ok(Val::Int(g.nodes[self.node(&args[0])?].inputs.len() as i64)),
+            Builtin::Len => match self.eval(&args[0])? {
+                Val::List(items) => Ok(Val::Int(items.len() as i64)),
+                other => fail(format!("len() of a {}", other.kind())),
+            },
+            Builtin::Min | Builtin::Max => {
+                let (a, c) = (self.eval(&args[0])?, self.eval(&args[1])?);
+                let a_less = matches!(binary(BinOp::Lt, a.clone(), c.clone())?, Val::Bool(true));
+                Ok(if a_less == (b == Builtin::Min) { a } else { c })
+            }
+            Builtin::Abs => match self.eval(&args[0])? {
+                Val::Int(i) => i.checked_abs().map(Val::Int).ok_or_else(|| EvalError("integer overflow".into())),
+                Val::Float(f) => Ok(Val::Float(f.abs())),
+                other => fail(format!("abs() of a {}", other.kind())),
+            },
+        }
+    }
+}
+
+/// Equality: numbers by value, symbolic dims by name; comparing a symbolic dim with a number fails,
+/// since the answer is unknown. Null equals only null.
+pub fn equal(a: &Val, b: &Val) -> Result<bool, EvalError> {
+    Ok(match (a, b) {
+        (Val::Null, Val::Null) => true,
+        (Val::Null, _) | (_, Val::Null) => false,
+        (Val::Int(x), Val::Int(y)) => x == y,
+        (Val::Int(x), Val::Float(y)) | (Val::Float(y), Val::Int(x)) => (*x as f64) == *y,
+        (Val::Float(x), Val::Float(y)) => x == y,
+        (Val::Sym(x), Val::Sym(y)) => x == y,
+        (Val::Sym(s), Val::Int(_) | Val::Float(_)) | (Val::Int(_) | Val::Float(_), Val::Sym(s)) => {
+            return fail(format!("symbolic dim {s} compared with a number"))
+        }
+        (Val::Str(x), Val::Str(y)) => x == y,
+        (Val::Bool(x), Val::Bool(y)) => x == y,
+        (Val::Node(x), Val::Node(y)) => x == y,
+        (Val::List(x), Val::List(y)) => {
+            if x.len() != y.len() {
+                return Ok(false);
+            }
+            for (p, q) in x.iter().zip(y) {
+                if !equal(p, q)? {
+                    return Ok(false);
+                }
+            }
+            true
+        }
+        (x, y) => return fail(format!("cannot compare a {} with a {}", x.kind(), y.kind())),
+    })
+}
+
+fn binary(op: BinOp, a: Val, b: Val) -> EvalResult {
+    match op {
+        BinOp::Eq => return Ok(Val::Bool(equal(&a, &b)?)),
+        BinOp::Ne => return Ok(Val::Bool(!equal(&a, &b)?)),
+        _ => {}
+    }
+    let overflow = || EvalError("integer overflow".into());
+    match (&a, &b) {
+        (Val::Int(x), Val::Int(y)) => {
+            let (x, y) = (*x, *y);
+            Ok(match op {
+                BinOp::Add => Val::Int(x.checked_add(y).ok_or_else(overflow)?),
+                BinOp::Sub => Val::Int(x.checked_sub(y).ok_or_else(overflow)?),
+                BinOp::Mul => Val::Int(x.checked_mul(y).ok_or_else(overflow)?),
+                BinOp::Div => {
+                    if y == 0 || x.checked_rem(y).ok_or_else(overflow)? != 0 {
+                        return fail(format!("{x} / {y} is not an exact integer division"));
+                    }
+                    Val::Int(x / y)
+                }
+                BinOp::Rem => {
+                    if y == 0 {
+                        return fail("remainder by zero");
+                    }
+                    Val::Int(x.checked_rem(y).ok_or_else(overflow)?)
+                }
+                BinOp::Lt => Val::Bool(x < y),
+                BinOp::Le => Val::Bool(x <= y),
+                BinOp::Gt => Val::Bool(x > y),
+                BinOp::Ge => Val::Bool(x >= y),
+                _ => unreachable!("handled above"),
+            })
+        }
+        (Val::Int(_) | Val::Float(_), Val::Int(_) | Val::Float(_)) => {
+            let x = if let Val::Int(i) = a { i as f64 } else if let Val::Float(f) = a { f } else { 0.0 };
+            let y = if let Val::Int(i) = b { i as f64 } else if let Val::Float(f) = b { f } else { 0.0 };
+            Ok(match op {
+                BinOp::Add => Val::Float(x + y),
+                BinOp::Sub => Val::Float(x - y),
+                BinOp::Mul => Val::Float(x * y),
+                BinOp::Div => Val::Float(x / y),
+                BinOp::Rem => Val::Float(x % y),
+                BinOp::Lt => Val::Bool(x < y),
+                BinOp::Le => Val::Bool(x <= y),
+                BinOp::Gt => Val::Bool(x > y),
+                BinOp::Ge => Val::Bool(x >= y),
+                _ => unreachable!("handled above"),
+            })
+        }
+        (Val::Sym(s), _) | (_, Val::Sym(s)) => fail(format!("arithmetic or ordering on symbolic dim {s}")),
+        _ => fail(format!("operator {op:?} on a {} and a {}", a.kind(), b.kind())),
+    }
+}

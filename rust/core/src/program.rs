@@ -1,0 +1,609 @@
+//! The matcher program compiled by Python: its JSON form, validation, and the resolved instruction set.
+//!
+//! Format and semantics are documented in `docs/program.md`. A program is validated when it is
+//! loaded, so that the matcher can index slots without checks: every slot an instruction reads
+//! is bound by an earlier instruction, and every index is in range.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+pub const PROGRAM_FORMAT: &str = "rlx-program";
+pub const PROGRAM_VERSION: u64 = 1;
+/// Upper bound on slots per rule (patterns are small; this bounds matcher memory).
+pub const MAX_SLOTS: usize = 256;
+/// Upper bound on the nesting depth of a guard expression.
+pub const MAX_EXPR_DEPTH: usize = 64;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramError(pub String);
+
+impl fmt::Display for ProgramError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid matcher program: {}", self.0)
+    }
+}
+
+impl std::error::Error for ProgramError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ProgramError> {
+    Err(ProgramError(msg.into()))
+}
+
+// ---- the JSON form ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProgram {
+    format: String,
+    version: u64,
+    #[serde(default)]
+    params: Vec<RawParam>,
+    #[serde(default)]
+    gates: Vec<RawGate>,
+    phases: Vec<RawPhase>,
+    rules: Vec<RawRule>,
+}
+
+#[derive(Deserialize)]
+struct RawParam {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    default: Value,
+    #[serde(default)]
+    env: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    loc: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawGate {
+    name: String,
+    quantifier: Option<String>,
+    op: Option<String>,
+    expr: Value,
+    #[serde(default)]
+    loc: String,
+    #[serde(default)]
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct RawPhase {
+    name: String,
+    max_iterations: u32,
+    rules: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct RawSlot {
+    name: String,
+    leaf: bool,
+}
+
+#[derive(Deserialize)]
+struct RawRule {
+    name: String,
+    #[serde(default)]
+    loc: String,
+    phase: String,
+    #[serde(default)]
+    priority: i64,
+    #[serde(default)]
+    gates: Vec<String>,
+    root_ops: Vec<String>,
+    slots: Vec<RawSlot>,
+    code: Vec<Value>,
+    absorb: Vec<usize>,
+    rewrite: Vec<RawNewNode>,
+}
+
+#[derive(Deserialize)]
+struct RawNewNode {
+    name: String,
+    op: String,
+    inputs: Vec<HashMap<String, usize>>,
+    attrs: Vec<(String, Value)>,
+    shape: Option<Value>,
+    dtype: Option<Value>,
+    replaces: Option<usize>,
+}
+
+// ---- the resolved form the matcher runs ----
+
+/// A parameter as declared; Python resolves the value in force and passes it to `apply`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamDecl {
+    pub name: String,
+    pub ty: String,
+    pub default: Value,
+    pub env: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinOp {
+    fn parse(s: &str) -> Option<BinOp> {
+        Some(match s {
+            "+" => BinOp::Add,
+            "-" => BinOp::Sub,
+            "*" => BinOp::Mul,
+            "/" => BinOp::Div,
+            "%" => BinOp::Rem,
+            "==" => BinOp::Eq,
+            "!=" => BinOp::Ne,
+            "<" => BinOp::Lt,
+            "<=" => BinOp::Le,
+            ">" => BinOp::Gt,
+            ">=" => BinOp::Ge,
+            "and" => BinOp::And,
+            "or" => BinOp::Or,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    Uses,
+    IsOutput,
+    Rank,
+    Dim,
+    Shape,
+    Numel,
+    IsStatic,
+    Op,
+    Dtype,
+    InputCount,
+    Len,
+    Min,
+    Max,
+    Abs,
+}
+
+impl Builtin {
+    /// The builtin called `name`, with its (minimum, maximum) argument count.
+    fn parse(name: &str) -> Option<(Builtin, usize, Option<usize>)> {
+        Some(match name {
+            "uses" => (Builtin::Uses, 1, Some(1)),
+            "is_output" => (Builtin::IsOutput, 1, None),
+            "rank" => (Builtin::Rank, 1, Some(1)),
+            "dim" => (Builtin::Dim, 2, Some(2)),
+            "shape" => (Builtin::Shape, 1, Some(1)),
+            "numel" => (Builtin::Numel, 1, Some(1)),
+            "is_static" => (Builtin::IsStatic, 1, None),
+            "op" => (Builtin::Op, 1, Some(1)),
+            "dtype" => (Builtin::Dtype, 1, Some(1)),
+            "input_count" => (Builtin::InputCount, 1, Some(1)),
+            "len" => (Builtin::Len, 1, Some(1)),
+            "min" => (Builtin::Min, 2, Some(2)),
+            "max" => (Builtin::Max, 2, Some(2)),
+            "abs" => (Builtin::Abs, 1, Some(1)),
+            _ => return None,
+        })
+    }
+}
+
+/// A guard or attribute expression.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Lit(Value),
+    Slot(usize),
+    Param(usize),
+    Attr(String, Box<Expr>),
+    Call(Builtin, Vec<Expr>),
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    Neg(Box<Expr>),
+    In { value: Box<Expr>, set: Vec<Expr>, negated: bool },
+    IsNull { value: Box<Expr>, negated: bool },
+    List(Vec<Expr>),
+}
+
+/// One matcher instruction; see docs/program.md.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Instr {
+    /// The node in `slot` must have one of `ops`.
+    Op { slot: usize, ops: Vec<String> },
+    /// The node in `slot` must have exactly `n` inputs.
+    Arity { slot: usize, n: usize },
+    /// Choice point: try the operands of `slot` in order, then swapped (if its op is in `ops`).
+    Commute { slot: usize, ops: Vec<String> },
+    /// Bind input `index` of `slot` (after any swap) to the fresh slot `to`.
+    Input { slot: usize, index: usize, to: usize },
+    /// Input `index` of `slot` must be the node already bound in `same_as`.
+    Same { slot: usize, index: usize, same_as: usize },
+    /// The op-pattern slots must hold pairwise distinct nodes.
+    Distinct { slots: Vec<usize> },
+    /// A guard: `expr` must evaluate to true.
+    Guard { expr: Expr, loc: String, text: String },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum NewInput {
+    Slot(usize),
+    New(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewNode {
+    pub name: String,
+    pub op: String,
+    pub inputs: Vec<NewInput>,
+    pub attrs: Vec<(String, Expr)>,
+    pub shape: Option<Expr>,
+    pub dtype: Option<Expr>,
+    pub replaces: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    pub name: String,
+    pub loc: String,
+    pub phase: String,
+    pub priority: i64,
+    /// Indices into `Program::gates`.
+    pub gates: Vec<usize>,
+    pub root_ops: Vec<String>,
+    pub slot_names: Vec<String>,
+    pub slot_is_leaf: Vec<bool>,
+    pub code: Vec<Instr>,
+    pub absorb: Vec<usize>,
+    pub rewrite: Vec<NewNode>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Quantifier {
+    Any,
+    All,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gate {
+    pub name: String,
+    /// `any`/`all` over the nodes with op `op` (bound to slot 0), or None for a plain expression.
+    pub scan: Option<(Quantifier, String)>,
+    pub expr: Expr,
+    pub loc: String,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Phase {
+    pub name: String,
+    pub max_iterations: u32,
+    /// Indices into `Program::rules`, in the order they are tried.
+    pub rules: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub params: Vec<ParamDecl>,
+    pub gates: Vec<Gate>,
+    pub phases: Vec<Phase>,
+    pub rules: Vec<Rule>,
+}
+
+impl Program {
+    /// Deserialize and validate a program.
+    pub fn from_json_str(text: &str) -> Result<Program, ProgramError> {
+        let raw: RawProgram = serde_json::from_str(text).map_err(|e| ProgramError(e.to_string()))?;
+        if raw.format != PROGRAM_FORMAT {
+            return err(format!("format is {:?}, expected {PROGRAM_FORMAT:?}", raw.format));
+        }
+        if raw.version != PROGRAM_VERSION {
+            return err(format!(
+                "version {} is not supported (this build runs version {PROGRAM_VERSION})",
+                raw.version
+            ));
+        }
+        let params: Vec<ParamDecl> = raw
+            .params
+            .into_iter()
+            .map(|p| ParamDecl { name: p.name, ty: p.ty, default: p.default, env: p.env })
+            .collect();
+        let param_index: HashMap<&str, usize> =
+            params.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
+        let ctx = ExprCtx { params: &param_index };
+
+        let mut gates = Vec::new();
+        for g in raw.gates {
+            let scan = match (g.quantifier.as_deref(), g.op) {
+                (None, _) => None,
+                (Some("any"), Some(op)) => Some((Quantifier::Any, op)),
+                (Some("all"), Some(op)) => Some((Quantifier::All, op)),
+                (q, _) => return err(format!("gate {:?}: bad quantifier {q:?} or missing op", g.name)),
+            };
+            let slots = usize::from(scan.is_some());
+            let expr = ctx.expr(&g.expr, slots, 0).map_err(|e| ProgramError(format!("gate {:?}: {}", g.name, e.0)))?;
+            gates.push(Gate { name: g.name, scan, expr, loc: g.loc, text: g.text });
+        }
+        let gate_index: HashMap<&str, usize> =
+            gates.iter().enumerate().map(|(i, g)| (g.name.as_str(), i)).collect();
+
+        let mut rules = Vec::new();
+        for r in raw.rules {
+            let name = r.name.clone();
+            let rule = ctx.rule(r, &gate_index).map_err(|e| ProgramError(format!("rule {name:?}: {}", e.0)))?;
+            rules.push(rule);
+        }
+        let rule_index: HashMap<&str, usize> =
+            rules.iter().enumerate().map(|(i, r)| (r.name.as_str(), i)).collect();
+        if rule_index.len() != rules.len() {
+            return err("two rules share a name");
+        }
+        let mut phases = Vec::new();
+        let mut placed = vec![false; rules.len()];
+        for p in raw.phases {
+            if p.max_iterations == 0 {
+                return err(format!("phase {:?}: max_iterations must be at least 1", p.name));
+            }
+            let mut members = Vec::new();
+            for r in &p.rules {
+                let Some(&i) = rule_index.get(r.as_str()) else {
+                    return err(format!("phase {:?} lists unknown rule {r:?}", p.name));
+                };
+                if placed[i] || rules[i].phase != p.name {
+                    return err(format!("rule {r:?} is listed in phase {:?} wrongly or twice", p.name));
+                }
+                placed[i] = true;
+                members.push(i);
+            }
+            phases.push(Phase { name: p.name, max_iterations: p.max_iterations, rules: members });
+        }
+        if let Some(i) = placed.iter().position(|p| !p) {
+            return err(format!("rule {:?} is in no phase", rules[i].name));
+        }
+        Ok(Program { params, gates, phases, rules })
+    }
+
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.name == name)
+    }
+}
+
+struct ExprCtx<'a> {
+    params: &'a HashMap<&'a str, usize>,
+}
+
+fn field<'v>(obj: &'v serde_json::Map<String, Value>, key: &str) -> Result<&'v Value, ProgramError> {
+    obj.get(key).ok_or_else(|| ProgramError(format!("missing field {key:?}")))
+}
+
+fn as_index(v: &Value, what: &str) -> Result<usize, ProgramError> {
+    v.as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| ProgramError(format!("{what} must be a non-negative integer, got {v}")))
+}
+
+fn as_str<'v>(v: &'v Value, what: &str) -> Result<&'v str, ProgramError> {
+    v.as_str().ok_or_else(|| ProgramError(format!("{what} must be a string, got {v}")))
+}
+
+impl ExprCtx<'_> {
+    /// Resolve an expression; `bound` is the number of slots bound where it runs.
+    fn expr_bound(&self, v: &Value, bound: &[bool], depth: usize) -> Result<Expr, ProgramError> {
+        if depth > MAX_EXPR_DEPTH {
+            return err(format!("expression nests deeper than {MAX_EXPR_DEPTH}"));
+        }
+        let obj = v.as_object().ok_or_else(|| ProgramError(format!("expression must be an object, got {v}")))?;
+        let d = depth + 1;
+        let sub = |key: &str| -> Result<Box<Expr>, ProgramError> { Ok(Box::new(self.expr_bound(field(obj, key)?, bound, d)?)) };
+        let list = |key: &str| -> Result<Vec<Expr>, ProgramError> {
+            field(obj, key)?
+                .as_array()
+                .ok_or_else(|| ProgramError(format!("{key:?} must be a list")))?
+                .iter()
+                .map(|e| self.expr_bound(e, bound, d))
+                .collect()
+        };
+        if let Some(lit) = obj.get("lit") {
+            return Ok(Expr::Lit(lit.clone()));
+        }
+        if let Some(s) = obj.get("slot") {
+            let s = as_index(s, "slot")?;
+            if !bound.get(s).copied().unwrap_or(false) {
+                return err(format!("expression reads slot {s} before it is bound"));
+            }
+            return Ok(Expr::Slot(s));
+        }
+        if let Some(p) = obj.get("param") {
+            let name = as_str(p, "param")?;
+            let i = self.params.get(name).ok_or_else(|| ProgramError(format!("unknown param {name:?}")))?;
+            return Ok(Expr::Param(*i));
+        }
+        if let Some(a) = obj.get("attr") {
+            return Ok(Expr::Attr(as_str(a, "attr")?.to_string(), sub("of")?));
+        }
+        if let Some(c) = obj.get("call") {
+            let name = as_str(c, "call")?;
+            let (b, lo, hi) = Builtin::parse(name).ok_or_else(|| ProgramError(format!("unknown function {name:?}")))?;
+            let args = list("args")?;
+            if args.len() < lo || hi.is_some_and(|h| args.len() > h) {
+                return err(format!("{name}() given {} arguments", args.len()));
+            }
+            return Ok(Expr::Call(b, args));
+        }
+        if let Some(op) = obj.get("bin") {
+            let s = as_str(op, "bin")?;
+            let op = BinOp::parse(s).ok_or_else(|| ProgramError(format!("unknown operator {s:?}")))?;
+            return Ok(Expr::Bin(op, sub("l")?, sub("r")?));
+        }
+        if let Some(op) = obj.get("un") {
+            return match as_str(op, "un")? {
+                "not" => Ok(Expr::Not(sub("e")?)),
+                "-" => Ok(Expr::Neg(sub("e")?)),
+                other => err(format!("unknown unary operator {other:?}")),
+            };
+        }
+        let negated = || obj.get("negated").and_then(Value::as_bool).unwrap_or(false);
+        if obj.contains_key("in") {
+            return Ok(Expr::In { value: sub("in")?, set: list("set")?, negated: negated() });
+        }
+        if obj.contains_key("is_null") {
+            return Ok(Expr::IsNull { value: sub("is_null")?, negated: negated() });
+        }
+        if obj.contains_key("list") {
+            return Ok(Expr::List(list("list")?));
+        }
+        err(format!("unknown expression {v}"))
+    }
+
+    fn expr(&self, v: &Value, slots: usize, depth: usize) -> Result<Expr, ProgramError> {
+        self.expr_bound(v, &vec![true; slots], depth)
+    }
+
+    fn rule(&self, r: RawRule, gates: &HashMap<&str, usize>) -> Result<Rule, ProgramError> {
+        let n = r.slots.len();
+        if n == 0 || n > MAX_SLOTS {
+            return err(format!("has {n} slots (1 to {MAX_SLOTS} allowed)"));
+        }
+        if r.root_ops.is_empty() {
+            return err("root_ops is empty");
+        }
+        let mut bound = vec![false; n];
+        bound[0] = true;
+        let check = |s: usize, bound: &[bool]| -> Result<(), ProgramError> {
+            if s >= n {
+                return err(format!("slot {s} out of range ({n} slots)"));
+            }
+            if !bound[s] {
+                return err(format!("slot {s} is read before it is bound"));
+            }
+            Ok(())
+        };
+        let mut code = Vec::with_capacity(r.code.len());
+        for ins in &r.code {
+            let obj = ins.as_object().ok_or_else(|| ProgramError(format!("instruction must be an object: {ins}")))?;
+            let kind = as_str(field(obj, "i")?, "i")?;
+            let slot = || as_index(field(obj, "slot")?, "slot");
+            let strings = |key: &str| -> Result<Vec<String>, ProgramError> {
+                field(obj, key)?
+                    .as_array()
+                    .ok_or_else(|| ProgramError(format!("{key:?} must be a list")))?
+                    .iter()
+                    .map(|v| as_str(v, key).map(str::to_string))
+                    .collect()
+            };
+            let instr = match kind {
+                "op" => Instr::Op { slot: slot()?, ops: strings("ops")? },
+                "arity" => Instr::Arity { slot: slot()?, n: as_index(field(obj, "n")?, "n")? },
+                "commute" => Instr::Commute { slot: slot()?, ops: strings("ops")? },
+                "input" => {
+                    let to = as_index(field(obj, "to")?, "to")?;
+                    if to >= n || bound[to] {
+                        return err(format!("input binds slot {to}, which is out of range or already bound"));
+                    }
+                    let i = Instr::Input { slot: slot()?, index: as_index(field(obj, "index")?, "index")?, to };
+                    check(slot()?, &bound)?;
+                    bound[to] = true;
+                    i
+                }
+                "same" => {
+                    let same_as = as_index(field(obj, "as")?, "as")?;
+                    check(same_as, &bound)?;
+                    Instr::Same { slot: slot()?, index: as_index(field(obj, "index")?, "index")?, same_as }
+                }
+                "distinct" => {
+                    let slots = field(obj, "slots")?
+                        .as_array()
+                        .ok_or_else(|| ProgramError("\"slots\" must be a list".into()))?
+                        .iter()
+                        .map(|v| as_index(v, "slot"))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    for &s in &slots {
+                        check(s, &bound)?;
+                    }
+                    Instr::Distinct { slots }
+                }
+                "guard" => Instr::Guard {
+                    expr: self.expr_bound(field(obj, "expr")?, &bound, 0)?,
+                    loc: obj.get("loc").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    text: obj.get("text").and_then(Value::as_str).unwrap_or_default().to_string(),
+                },
+                other => return err(format!("unknown instruction {other:?}")),
+            };
+            if let Instr::Op { slot, .. } | Instr::Arity { slot, .. } | Instr::Commute { slot, .. } | Instr::Same { slot, .. } = &instr {
+                check(*slot, &bound)?;
+            }
+            code.push(instr);
+        }
+        if let Some(s) = bound.iter().position(|b| !b) {
+            return err(format!("slot {s} is never bound"));
+        }
+        for &a in &r.absorb {
+            if a == 0 || a >= n || r.slots[a].leaf {
+                return err(format!("absorb lists slot {a}, which is not an op-pattern slot other than the root"));
+            }
+        }
+        let mut rewrite = Vec::new();
+        let mut replaced = false;
+        for (k, node) in r.rewrite.into_iter().enumerate() {
+            let inputs = node
+                .inputs
+                .iter()
+                .map(|m| match (m.get("slot"), m.get("new"), m.len()) {
+                    (Some(&s), None, 1) if s < n => Ok(NewInput::Slot(s)),
+                    (None, Some(&j), 1) if j < k => Ok(NewInput::New(j)),
+                    _ => err(format!("rewrite node {:?}: bad input {m:?}", node.name)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let attrs = node
+                .attrs
+                .iter()
+                .map(|(a, e)| Ok((a.clone(), self.expr(e, n, 0)?)))
+                .collect::<Result<Vec<_>, ProgramError>>()?;
+            let shape = node.shape.as_ref().map(|e| self.expr(e, n, 0)).transpose()?;
+            let dtype = node.dtype.as_ref().map(|e| self.expr(e, n, 0)).transpose()?;
+            match node.replaces {
+                Some(0) => replaced = true,
+                Some(s) => return err(format!("rewrite replaces slot {s}; only the root (slot 0) can be replaced")),
+                None if shape.is_none() => {
+                    return err(format!("rewrite node {:?} replaces nothing and has no shape", node.name))
+                }
+                None => {}
+            }
+            rewrite.push(NewNode { name: node.name, op: node.op, inputs, attrs, shape, dtype, replaces: node.replaces });
+        }
+        if !replaced || rewrite.iter().filter(|n| n.replaces.is_some()).count() != 1 {
+            return err("the rewrite must replace the root exactly once");
+        }
+        let gate_ids = r
+            .gates
+            .iter()
+            .map(|g| gates.get(g.as_str()).copied().ok_or_else(|| ProgramError(format!("unknown gate {g:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Rule {
+            name: r.name,
+            loc: r.loc,
+            phase: r.phase,
+            priority: r.priority,
+            gates: gate_ids,
+            root_ops: r.root_ops,
+            slot_names: r.slots.iter().map(|s| s.name.clone()).collect(),
+            slot_is_leaf: r.slots.iter().map(|s| s.leaf).collect(),
+            code,
+            absorb: r.absorb,
+            rewrite,
+        })
+    }
+}
