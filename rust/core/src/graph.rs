@@ -9,8 +9,8 @@
 mod load;
 mod write;
 
-use std::collections::{BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::path::Path;
 
@@ -141,7 +141,10 @@ pub struct GraphError {
 
 impl GraphError {
     pub fn new(kind: GraphErrorKind, message: impl Into<String>) -> GraphError {
-        GraphError { kind, message: message.into() }
+        GraphError {
+            kind,
+            message: message.into(),
+        }
     }
 }
 
@@ -169,16 +172,27 @@ impl fmt::Display for Warning {
 impl Graph {
     /// An empty graph.
     pub fn new(name: Option<String>) -> Graph {
-        Graph { name, nodes: Vec::new(), outputs: Vec::new(), extra: Map::new() }
+        Graph {
+            name,
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+            extra: Map::new(),
+        }
     }
 
     /// Parse, validate and topologically order a graph.json document.
-    pub fn from_json_str(text: &str, registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
+    pub fn from_json_str(
+        text: &str,
+        registry: &Registry,
+    ) -> Result<(Graph, Vec<Warning>), GraphError> {
         Graph::from_json_slice(text.as_bytes(), registry)
     }
 
     /// [`Graph::from_json_str`] on bytes (UTF-8 JSON).
-    pub fn from_json_slice(bytes: &[u8], registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
+    pub fn from_json_slice(
+        bytes: &[u8],
+        registry: &Registry,
+    ) -> Result<(Graph, Vec<Warning>), GraphError> {
         let mut graph = load::parse(bytes)?;
         let (warnings, order) = graph.check(registry)?;
         if let Some(order) = order {
@@ -188,9 +202,15 @@ impl Graph {
     }
 
     /// Read, validate and topologically order a graph.json file. Errors start with the path.
-    pub fn from_path(path: &Path, registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
+    pub fn from_path(
+        path: &Path,
+        registry: &Registry,
+    ) -> Result<(Graph, Vec<Warning>), GraphError> {
         let bytes = std::fs::read(path).map_err(|e| {
-            GraphError::new(GraphErrorKind::Io, format!("cannot read {}: {e}", path.display()))
+            GraphError::new(
+                GraphErrorKind::Io,
+                format!("cannot read {}: {e}", path.display()),
+            )
         })?;
         Graph::from_json_slice(&bytes, registry).map_err(|e| GraphError {
             kind: e.kind,
@@ -209,8 +229,8 @@ impl Graph {
     /// node in the current order, so an ordered graph is left unchanged.
     pub fn toposort(&mut self) -> Result<(), GraphError> {
         let index = self.id_index()?;
-        self.check_inputs(&index)?;
-        if let Some(order) = self.topo_order(&index)? {
+        let (positions, ordered) = self.input_positions(&index)?;
+        if let Some(order) = self.topo_order(&positions, ordered)? {
             self.apply_order(&order);
         }
         Ok(())
@@ -243,7 +263,11 @@ impl Graph {
 
     /// One past the largest id in use (0 for an empty graph): a fresh id for a new node.
     pub fn next_id(&self) -> NodeId {
-        self.nodes.iter().map(|n| n.id.saturating_add(1)).max().unwrap_or(0)
+        self.nodes
+            .iter()
+            .map(|n| n.id.saturating_add(1))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Compact JSON; nodes in topological order (the current order, if the graph has a cycle).
@@ -259,7 +283,11 @@ impl Graph {
     /// Write the graph to `path` through a temporary file in the same folder, synced and renamed
     /// over `path`, so that `path` never holds a half-written graph.
     pub fn write_atomic(&self, path: &Path, pretty: bool) -> Result<(), GraphError> {
-        let text = if pretty { self.to_json_string_pretty() } else { self.to_json_string() };
+        let text = if pretty {
+            self.to_json_string_pretty()
+        } else {
+            self.to_json_string()
+        };
         write::write_atomic(path, text.as_bytes())
     }
 
@@ -270,25 +298,41 @@ impl Graph {
         for node in &self.nodes {
             check_node_fields(node)?;
         }
-        self.check_inputs(&index)?;
-        let order = self.topo_order(&index)?;
+        let (positions, ordered) = self.input_positions(&index)?;
+        let order = self.topo_order(&positions, ordered)?;
         self.check_outputs(&index)?;
         let warnings = self.check_registry(registry)?;
         Ok((warnings, order))
     }
 
-    fn check_inputs(&self, index: &HashMap<NodeId, usize>) -> Result<(), GraphError> {
-        for node in &self.nodes {
+    /// The position in `nodes` of every input, node after node, in one flat list; and whether every
+    /// input comes before its consumer. A `DanglingInput` error for an input that is not a node.
+    pub(crate) fn input_positions(
+        &self,
+        index: &HashMap<NodeId, usize>,
+    ) -> Result<(Vec<usize>, bool), GraphError> {
+        let mut positions = Vec::with_capacity(self.nodes.iter().map(|n| n.inputs.len()).sum());
+        let mut ordered = true;
+        for (i, node) in self.nodes.iter().enumerate() {
             for (k, input) in node.inputs.iter().enumerate() {
-                if !index.contains_key(input) {
-                    return Err(GraphError::new(
-                        GraphErrorKind::DanglingInput,
-                        format!("{}: input {input} does not exist (field \"inputs\"[{k}])", node.label()),
-                    ));
+                match index.get(input) {
+                    Some(&p) => {
+                        ordered &= p < i;
+                        positions.push(p);
+                    }
+                    None => {
+                        return Err(GraphError::new(
+                            GraphErrorKind::DanglingInput,
+                            format!(
+                                "{}: input {input} does not exist (field \"inputs\"[{k}])",
+                                node.label()
+                            ),
+                        ))
+                    }
                 }
             }
         }
-        Ok(())
+        Ok((positions, ordered))
     }
 
     fn check_outputs(&self, index: &HashMap<NodeId, usize>) -> Result<(), GraphError> {
@@ -340,22 +384,21 @@ impl Graph {
             }
             for (attr, attr_spec) in &spec.attrs {
                 match node.attrs.get(attr) {
-                    Some(value) => {
-                        if !attr_spec.accepts(value) {
-                            return Err(GraphError::new(
-                                GraphErrorKind::AttrType,
-                                format!(
-                                    "{}: attribute {} of op {} must be {}, found {} (field \"attrs\".{})",
-                                    node.label(),
-                                    quote(attr),
-                                    quote(&node.op),
-                                    attr_spec.expected(),
-                                    describe_value(value),
-                                    quote(attr)
-                                ),
-                            ));
-                        }
+                    Some(value) if !attr_spec.accepts(value) => {
+                        return Err(GraphError::new(
+                            GraphErrorKind::AttrType,
+                            format!(
+                                "{}: attribute {} of op {} must be {}, found {} (field \"attrs\".{})",
+                                node.label(),
+                                quote(attr),
+                                quote(&node.op),
+                                attr_spec.expected(),
+                                describe_value(value),
+                                quote(attr)
+                            ),
+                        ));
                     }
+                    Some(_) => {}
                     None if !attr_spec.optional => {
                         return Err(GraphError::new(
                             GraphErrorKind::AttrType,
@@ -377,7 +420,9 @@ impl Graph {
             {
                 for key in node.attrs.keys() {
                     if !spec.attrs.contains_key(key)
-                        && unknown_attrs.insert((node.op.as_str(), key.as_str()), ()).is_none()
+                        && unknown_attrs
+                            .insert((node.op.as_str(), key.as_str()), ())
+                            .is_none()
                     {
                         warnings.push(Warning {
                             node: Some(node.id),
@@ -396,50 +441,48 @@ impl Graph {
         // Say how many nodes carry each unknown op.
         for &(w, count) in unknown_ops.values() {
             if count > 1 {
-                warnings[w].message.push_str(&format!(" ({count} nodes use it)"));
+                warnings[w]
+                    .message
+                    .push_str(&format!(" ({count} nodes use it)"));
             }
         }
         Ok(warnings)
     }
 
     /// A stable topological order (positions in `nodes`), or `None` if the nodes are already
-    /// ordered. Inputs must exist (see `check_inputs`).
-    fn topo_order(&self, index: &HashMap<NodeId, usize>) -> Result<Option<Vec<usize>>, GraphError> {
-        let n = self.nodes.len();
-        let position = |id: &NodeId| index.get(id).copied().unwrap_or(usize::MAX);
-        let ordered = self
-            .nodes
-            .iter()
-            .enumerate()
-            .all(|(i, node)| node.inputs.iter().all(|id| position(id) < i));
+    /// ordered; `positions` and `ordered` come from `input_positions`.
+    pub(crate) fn topo_order(
+        &self,
+        positions: &[usize],
+        ordered: bool,
+    ) -> Result<Option<Vec<usize>>, GraphError> {
         if ordered {
             return Ok(None);
         }
-        // Consumers of each node, as a compressed adjacency list.
-        let mut pending = vec![0usize; n];
-        let mut start = vec![0usize; n + 1];
+        let n = self.nodes.len();
+        // Where each node's inputs start in `positions`.
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0usize);
         for node in &self.nodes {
-            for id in &node.inputs {
-                let p = position(id);
-                if p < n {
-                    start[p + 1] += 1;
-                }
-            }
+            offsets.push(offsets[offsets.len() - 1] + node.inputs.len());
+        }
+        // Consumers of each node, as a compressed adjacency list.
+        let mut start = vec![0usize; n + 1];
+        for &p in positions {
+            start[p + 1] += 1;
         }
         for i in 0..n {
             start[i + 1] += start[i];
         }
         let mut fill = start.clone();
-        let mut consumers = vec![0usize; start[n]];
-        for (i, node) in self.nodes.iter().enumerate() {
-            for id in &node.inputs {
-                let p = position(id);
-                if p < n {
-                    consumers[fill[p]] = i;
-                    fill[p] += 1;
-                    pending[i] += 1;
-                }
+        let mut consumers = vec![0usize; positions.len()];
+        let mut pending = vec![0usize; n];
+        for i in 0..n {
+            for &p in &positions[offsets[i]..offsets[i + 1]] {
+                consumers[fill[p]] = i;
+                fill[p] += 1;
             }
+            pending[i] = offsets[i + 1] - offsets[i];
         }
         let mut ready: BinaryHeap<Reverse<usize>> =
             (0..n).filter(|&i| pending[i] == 0).map(Reverse).collect();
@@ -456,11 +499,11 @@ impl Graph {
         if order.len() == n {
             return Ok(Some(order));
         }
-        Err(self.cycle_error(index, &pending))
+        Err(self.cycle_error(positions, &offsets, &pending))
     }
 
     /// Find a cycle among the nodes left with pending inputs and describe it.
-    fn cycle_error(&self, index: &HashMap<NodeId, usize>, pending: &[usize]) -> GraphError {
+    fn cycle_error(&self, positions: &[usize], offsets: &[usize], pending: &[usize]) -> GraphError {
         // Every node left has an input that is also left, so walking inputs must loop.
         let Some(first) = pending.iter().position(|&p| p > 0) else {
             return GraphError::new(GraphErrorKind::Cycle, "the graph has a cycle");
@@ -472,8 +515,11 @@ impl Graph {
             if let Some(&at) = seen_at.get(&cur) {
                 let cycle = &path[at..];
                 let start = self.nodes[cycle[0]].label();
-                let mut ids: Vec<String> =
-                    cycle.iter().take(12).map(|&i| self.nodes[i].id.to_string()).collect();
+                let mut ids: Vec<String> = cycle
+                    .iter()
+                    .take(12)
+                    .map(|&i| self.nodes[i].id.to_string())
+                    .collect();
                 if cycle.len() > 12 {
                     ids.push("...".to_string());
                 }
@@ -488,12 +534,11 @@ impl Graph {
             }
             seen_at.insert(cur, path.len());
             path.push(cur);
-            let next = self.nodes[cur]
-                .inputs
+            match positions[offsets[cur]..offsets[cur + 1]]
                 .iter()
-                .filter_map(|id| index.get(id).copied())
-                .find(|&p| pending[p] > 0);
-            match next {
+                .copied()
+                .find(|&p| pending[p] > 0)
+            {
                 Some(p) => cur = p,
                 None => return GraphError::new(GraphErrorKind::Cycle, "the graph has a cycle"),
             }
@@ -501,8 +546,14 @@ impl Graph {
     }
 
     fn apply_order(&mut self, order: &[usize]) {
-        let mut slots: Vec<Option<Node>> = std::mem::take(&mut self.nodes).into_iter().map(Some).collect();
-        self.nodes = order.iter().filter_map(|&i| slots.get_mut(i).and_then(Option::take)).collect();
+        let mut slots: Vec<Option<Node>> = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.nodes = order
+            .iter()
+            .filter_map(|&i| slots.get_mut(i).and_then(Option::take))
+            .collect();
     }
 }
 
@@ -511,7 +562,10 @@ fn check_node_fields(node: &Node) -> Result<(), GraphError> {
     if node.op.is_empty() {
         return Err(GraphError::new(
             GraphErrorKind::Format,
-            format!("{}: the op must be a non-empty string (field \"op\")", node.label()),
+            format!(
+                "{}: the op must be a non-empty string (field \"op\")",
+                node.label()
+            ),
         ));
     }
     if let Some(shape) = &node.shape {

@@ -209,7 +209,9 @@ impl Registry {
 
     /// A registry with no ops (every op then loads with a warning).
     pub fn empty() -> Registry {
-        Registry { ops: BTreeMap::new() }
+        Registry {
+            ops: BTreeMap::new(),
+        }
     }
 
     /// Parse and check an ops.json document.
@@ -231,7 +233,11 @@ impl Registry {
                     "ops.json: field \"format\" must be \"{OPS_FORMAT}\", found {other}"
                 ))
             }
-            None => return Err(format!("ops.json: missing field \"format\" (\"{OPS_FORMAT}\")")),
+            None => {
+                return Err(format!(
+                    "ops.json: missing field \"format\" (\"{OPS_FORMAT}\")"
+                ))
+            }
         }
         match root.get("version") {
             Some(v) if v.as_u64() == Some(OPS_VERSION) => {}
@@ -332,7 +338,10 @@ fn parse_op(name: &str, spec: &Value) -> Result<OpSpec, String> {
             }
             if let Some(max) = arity.max() {
                 if names.len() > max {
-                    return Err(format!("\"inputs\" names {} inputs, but the arity is {arity}", names.len()));
+                    return Err(format!(
+                        "\"inputs\" names {} inputs, but the arity is {arity}",
+                        names.len()
+                    ));
                 }
             }
             names
@@ -344,7 +353,14 @@ fn parse_op(name: &str, spec: &Value) -> Result<OpSpec, String> {
         Some(Value::String(s)) => Some(s.clone()),
         Some(other) => return Err(format!("\"doc\" must be a string, found {other}")),
     };
-    Ok(OpSpec { name: name.to_string(), arity, commutative, attrs, inputs, doc })
+    Ok(OpSpec {
+        name: name.to_string(),
+        arity,
+        commutative,
+        attrs,
+        inputs,
+        doc,
+    })
 }
 
 fn parse_count(v: &Value, what: &str) -> Result<usize, String> {
@@ -354,7 +370,9 @@ fn parse_count(v: &Value, what: &str) -> Result<usize, String> {
 }
 
 fn parse_arity(obj: &Map<String, Value>) -> Result<Arity, String> {
-    let arity = obj.get("arity").ok_or_else(|| "missing field \"arity\"".to_string())?;
+    let arity = obj
+        .get("arity")
+        .ok_or_else(|| "missing field \"arity\"".to_string())?;
     let min_inputs = obj.get("min_inputs");
     let result = match arity {
         Value::Number(_) => Arity::Fixed(parse_count(arity, "\"arity\"")?),
@@ -390,9 +408,14 @@ fn parse_arity(obj: &Map<String, Value>) -> Result<Arity, String> {
 }
 
 fn parse_attr(a: &Value) -> Result<AttrSpec, String> {
-    let obj = a.as_object().ok_or_else(|| "the spec must be an object".to_string())?;
+    let obj = a
+        .as_object()
+        .ok_or_else(|| "the spec must be an object".to_string())?;
     for key in obj.keys() {
-        if !matches!(key.as_str(), "type" | "values" | "nullable" | "optional" | "doc") {
+        if !matches!(
+            key.as_str(),
+            "type" | "values" | "nullable" | "optional" | "doc"
+        ) {
             return Err(format!("unknown field \"{key}\""));
         }
     }
@@ -436,5 +459,9 @@ fn parse_attr(a: &Value) -> Result<AttrSpec, String> {
             Some(other) => Err(format!("\"{key}\" must be a boolean, found {other}")),
         }
     };
-    Ok(AttrSpec { ty, nullable: flag("nullable")?, optional: flag("optional")? })
+    Ok(AttrSpec {
+        ty,
+        nullable: flag("nullable")?,
+        optional: flag("optional")?,
+    })
 }

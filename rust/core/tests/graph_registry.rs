@@ -6,10 +6,36 @@ use rlx_rules_core::registry::{Arity, AttrType, Registry};
 fn builtin_registry_has_the_required_ops() {
     let reg = Registry::builtin();
     for op in [
-        "Input", "Param", "Constant", "MatMul", "Add", "Sub", "Mul", "Div", "Gelu", "GeluApprox", "Silu",
-        "Relu", "Sigmoid", "Tanh", "Exp", "Softmax", "LayerNorm", "RmsNorm", "Reshape", "Transpose",
-        "Narrow", "Concat", "Attention", "Rope", "FusedMatMulBiasAct", "FusedResidualLN",
-        "FusedResidualRmsNorm", "FusedSwiGLU", "FusedAttentionBlock", "FusedTransformerLayer",
+        "Input",
+        "Param",
+        "Constant",
+        "MatMul",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Gelu",
+        "GeluApprox",
+        "Silu",
+        "Relu",
+        "Sigmoid",
+        "Tanh",
+        "Exp",
+        "Softmax",
+        "LayerNorm",
+        "RmsNorm",
+        "Reshape",
+        "Transpose",
+        "Narrow",
+        "Concat",
+        "Attention",
+        "Rope",
+        "FusedMatMulBiasAct",
+        "FusedResidualLN",
+        "FusedResidualRmsNorm",
+        "FusedSwiGLU",
+        "FusedAttentionBlock",
+        "FusedTransformerLayer",
     ] {
         assert!(reg.get(op).is_some(), "missing {op}");
     }
@@ -37,15 +63,32 @@ fn seed_pass_ops_have_rlx_fields() {
     let attn = reg.get("Attention").unwrap();
     assert_eq!(attn.arity, Arity::Range { min: 3, max: 4 });
     let mask = &attn.attrs["mask_kind"];
-    assert_eq!(mask.ty, AttrType::Enum(vec!["None".into(), "Causal".into(), "SlidingWindow".into(), "Custom".into(), "Bias".into()]));
+    assert_eq!(
+        mask.ty,
+        AttrType::Enum(vec![
+            "None".into(),
+            "Causal".into(),
+            "SlidingWindow".into(),
+            "Custom".into(),
+            "Bias".into()
+        ])
+    );
     assert!(attn.attrs["score_scale"].nullable && !attn.attrs["score_scale"].optional);
     assert_eq!(attn.attrs["score_scale"].ty, AttrType::Float);
     let narrow = reg.get("Narrow").unwrap();
     let names: Vec<&str> = narrow.attrs.keys().map(String::as_str).collect();
     assert_eq!(names, ["axis", "len", "start"]);
     let fab = reg.get("FusedAttentionBlock").unwrap();
-    assert_eq!(fab.inputs[..6], ["hidden", "qkv_w", "out_w", "mask", "qkv_b", "out_b"]);
-    assert!(fab.arity.accepts(6) && fab.arity.accepts(4) && fab.arity.accepts(8) && !fab.arity.accepts(9));
+    assert_eq!(
+        fab.inputs[..6],
+        ["hidden", "qkv_w", "out_w", "mask", "qkv_b", "out_b"]
+    );
+    assert!(
+        fab.arity.accepts(6)
+            && fab.arity.accepts(4)
+            && fab.arity.accepts(8)
+            && !fab.arity.accepts(9)
+    );
     for a in ["num_heads", "head_dim", "has_bias", "has_rope"] {
         assert!(fab.attrs.contains_key(a), "{a}");
     }
@@ -55,7 +98,9 @@ fn seed_pass_ops_have_rlx_fields() {
     let mm = reg.get("FusedMatMulBiasAct").unwrap();
     let act = &mm.attrs["activation"];
     assert!(act.nullable);
-    assert!(matches!(&act.ty, AttrType::Enum(v) if v.iter().any(|s| s == "Gelu") && v.iter().any(|s| s == "Silu")));
+    assert!(
+        matches!(&act.ty, AttrType::Enum(v) if v.iter().any(|s| s == "Gelu") && v.iter().any(|s| s == "Silu"))
+    );
     for op in ["Input", "Param", "Constant"] {
         assert_eq!(reg.get(op).unwrap().arity, Arity::Fixed(0));
     }
@@ -80,27 +125,59 @@ fn malformed_registries_are_rejected() {
     let wrap = |ops: &str| format!(r#"{{"format": "rlx-ops", "version": 1, "ops": {{{ops}}}}}"#);
     assert!(Registry::from_json_str(&wrap("")).unwrap().is_empty());
     assert!(reg_err("nope").contains("not valid JSON"));
-    assert!(reg_err(r#"{"format": "x", "version": 1, "ops": {}}"#).contains("\"format\" must be \"rlx-ops\""));
-    assert!(reg_err(r#"{"format": "rlx-ops", "version": 9, "ops": {}}"#).contains("unsupported version 9"));
+    assert!(reg_err(r#"{"format": "x", "version": 1, "ops": {}}"#)
+        .contains("\"format\" must be \"rlx-ops\""));
+    assert!(reg_err(r#"{"format": "rlx-ops", "version": 9, "ops": {}}"#)
+        .contains("unsupported version 9"));
     let cases = [
         (r#""A": {}"#, "op \"A\": missing field \"arity\""),
-        (r#""A": {"arity": -1}"#, "\"arity\" must be a non-negative integer"),
-        (r#""A": {"arity": "many"}"#, "\"arity\" must be an integer, \"variadic\""),
+        (
+            r#""A": {"arity": -1}"#,
+            "\"arity\" must be a non-negative integer",
+        ),
+        (
+            r#""A": {"arity": "many"}"#,
+            "\"arity\" must be an integer, \"variadic\"",
+        ),
         (r#""A": {"arity": {"min": 3, "max": 2}}"#, "min 3 > max 2"),
-        (r#""A": {"arity": 1, "min_inputs": 1}"#, "\"min_inputs\" is only allowed"),
-        (r#""A": {"arity": 1, "commutative": true}"#, "only an op with exactly 2 inputs can be commutative"),
+        (
+            r#""A": {"arity": 1, "min_inputs": 1}"#,
+            "\"min_inputs\" is only allowed",
+        ),
+        (
+            r#""A": {"arity": 1, "commutative": true}"#,
+            "only an op with exactly 2 inputs can be commutative",
+        ),
         (r#""A": {"arity": 1, "atrs": {}}"#, "unknown field \"atrs\""),
-        (r#""A": {"arity": 1, "attrs": {"k": {"type": "tensor"}}}"#, "attribute \"k\": unknown attribute type \"tensor\""),
-        (r#""A": {"arity": 1, "attrs": {"k": {"type": "enum"}}}"#, "an enum needs a \"values\" list"),
-        (r#""A": {"arity": 1, "attrs": {"k": {"type": "int", "values": ["a"]}}}"#, "\"values\" is only allowed"),
-        (r#""A": {"arity": 1, "attrs": {"k": {"type": "int", "nullable": "yes"}}}"#, "\"nullable\" must be a boolean"),
-        (r#""A": {"arity": 1, "inputs": ["x", "y"]}"#, "\"inputs\" names 2 inputs"),
+        (
+            r#""A": {"arity": 1, "attrs": {"k": {"type": "tensor"}}}"#,
+            "attribute \"k\": unknown attribute type \"tensor\"",
+        ),
+        (
+            r#""A": {"arity": 1, "attrs": {"k": {"type": "enum"}}}"#,
+            "an enum needs a \"values\" list",
+        ),
+        (
+            r#""A": {"arity": 1, "attrs": {"k": {"type": "int", "values": ["a"]}}}"#,
+            "\"values\" is only allowed",
+        ),
+        (
+            r#""A": {"arity": 1, "attrs": {"k": {"type": "int", "nullable": "yes"}}}"#,
+            "\"nullable\" must be a boolean",
+        ),
+        (
+            r#""A": {"arity": 1, "inputs": ["x", "y"]}"#,
+            "\"inputs\" names 2 inputs",
+        ),
     ];
     for (ops, needle) in cases {
         let e = reg_err(&wrap(ops));
         assert!(e.contains(needle), "{e:?} lacks {needle:?}");
     }
-    let ok = Registry::from_json_str(&wrap(r#""V": {"arity": "variadic"}, "R": {"arity": {"min": 1, "max": 2}, "doc": "r"}"#)).unwrap();
+    let ok = Registry::from_json_str(&wrap(
+        r#""V": {"arity": "variadic"}, "R": {"arity": {"min": 1, "max": 2}, "doc": "r"}"#,
+    ))
+    .unwrap();
     assert_eq!(ok.get("V").unwrap().arity, Arity::Variadic { min: 0 });
     assert_eq!(ok.get("R").unwrap().doc.as_deref(), Some("r"));
 }

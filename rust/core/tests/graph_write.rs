@@ -5,7 +5,9 @@ use rlx_rules_core::registry::Registry;
 use serde_json::json;
 
 fn load(text: &str) -> Graph {
-    Graph::from_json_str(text, Registry::builtin()).expect("loads").0
+    Graph::from_json_str(text, Registry::builtin())
+        .expect("loads")
+        .0
 }
 
 const FIXTURE: &str = include_str!("fixtures/bert_attention.json");
@@ -18,21 +20,33 @@ fn fixture_is_ordered_on_load_and_round_trips() {
     assert_eq!(load(&g.to_json_string()), g);
     assert_eq!(load(&g.to_json_string_pretty()), g);
     // Writing is deterministic and a second round trip is byte-identical.
-    assert_eq!(load(&g.to_json_string()).to_json_string(), g.to_json_string());
+    assert_eq!(
+        load(&g.to_json_string()).to_json_string(),
+        g.to_json_string()
+    );
 }
 
 #[test]
 fn unknown_fields_survive_a_round_trip() {
     let g = load(FIXTURE);
-    assert_eq!(g.extra.get("producer"), Some(&json!({"tool": "test", "rev": 3})));
+    assert_eq!(
+        g.extra.get("producer"),
+        Some(&json!({"tool": "test", "rev": 3}))
+    );
     let mask = g.nodes.iter().find(|n| n.id == 3).unwrap();
     assert_eq!(mask.extra.get("note"), Some(&json!("kept")));
     let text = g.to_json_string();
-    assert!(text.contains(r#""producer":{"tool":"test","rev":3}"#), "{text}");
+    assert!(
+        text.contains(r#""producer":{"tool":"test","rev":3}"#),
+        "{text}"
+    );
     assert!(text.contains(r#""dtype":"f32","note":"kept"}"#), "{text}");
     let again = load(&text);
     assert_eq!(again.extra, g.extra);
-    assert_eq!(again.nodes.iter().find(|n| n.id == 3).unwrap().extra, mask.extra);
+    assert_eq!(
+        again.nodes.iter().find(|n| n.id == 3).unwrap().extra,
+        mask.extra
+    );
 }
 
 #[test]
@@ -56,10 +70,16 @@ fn pretty_output_puts_one_node_per_line() {
     assert_eq!(lines[0], "{");
     assert_eq!(lines[1], r#"  "format": "rlx-graph","#);
     assert_eq!(lines[2], r#"  "version": 1,"#);
-    let node_lines: Vec<&&str> = lines.iter().filter(|l| l.starts_with("    {\"id\": ")).collect();
+    let node_lines: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("    {\"id\": "))
+        .collect();
     assert_eq!(node_lines.len(), g.nodes.len());
     assert!(text.contains(r#"    {"id": 0, "op": "Input", "name": "hidden", "shape": [1, 8, 768], "dtype": "f32"},"#), "{text}");
-    assert!(text.contains(r#""attrs": {"axis": 2, "start": 0, "len": 768}"#), "{text}");
+    assert!(
+        text.contains(r#""attrs": {"axis": 2, "start": 0, "len": 768}"#),
+        "{text}"
+    );
     assert!(text.ends_with("}\n"));
     let empty = Graph::new(None);
     assert_eq!(load(&empty.to_json_string_pretty()), empty);
@@ -78,7 +98,10 @@ fn in_memory_graphs_are_written_in_topological_order() {
     g.nodes.push(node(1, "Relu", &[0]));
     g.nodes.push(node(0, "Input", &[]));
     g.outputs = vec![2];
-    assert!(g.validate(Registry::builtin()).is_ok(), "validate does not need order");
+    assert!(
+        g.validate(Registry::builtin()).is_ok(),
+        "validate does not need order"
+    );
     let reloaded = load(&g.to_json_string());
     let ids: Vec<u64> = reloaded.nodes.iter().map(|n| n.id).collect();
     assert_eq!(ids, [0, 1, 2]);
@@ -96,7 +119,11 @@ fn validate_catches_broken_in_memory_graphs() {
     g.nodes.retain(|n| n.id != 9);
     let e = g.validate(reg).unwrap_err();
     assert_eq!(e.kind, GraphErrorKind::DanglingInput);
-    assert!(e.message.contains("input 9 does not exist"), "{}", e.message);
+    assert!(
+        e.message.contains("input 9 does not exist"),
+        "{}",
+        e.message
+    );
 
     let mut g = base.clone();
     g.outputs.push(77);
@@ -106,11 +133,17 @@ fn validate_catches_broken_in_memory_graphs() {
     g.nodes[0].inputs.push(12);
     g.nodes[0].op = "Relu".into();
     assert_eq!(g.validate(reg).unwrap_err().kind, GraphErrorKind::Cycle);
-    assert_eq!(g.clone().toposort().unwrap_err().kind, GraphErrorKind::Cycle);
+    assert_eq!(
+        g.clone().toposort().unwrap_err().kind,
+        GraphErrorKind::Cycle
+    );
 
     let mut g = base.clone();
     g.nodes[1].id = 0;
-    assert_eq!(g.validate(reg).unwrap_err().kind, GraphErrorKind::DuplicateId);
+    assert_eq!(
+        g.validate(reg).unwrap_err().kind,
+        GraphErrorKind::DuplicateId
+    );
 
     let mut g = base.clone();
     g.nodes[0].shape = Some(vec![Dim::Static(-1)]);
@@ -152,21 +185,32 @@ fn write_atomic_writes_and_replaces_without_leftovers() {
     g.write_atomic(&path, false).unwrap();
     assert_eq!(std::fs::read_to_string(&path).unwrap(), g.to_json_string());
     g.write_atomic(&path, true).unwrap();
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), g.to_json_string_pretty());
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        g.to_json_string_pretty()
+    );
     let (back, _) = Graph::from_path(&path, Registry::builtin()).unwrap();
     assert_eq!(back, g);
-    let names: Vec<String> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, ["out.json"], "no temporary file is left behind");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn write_atomic_into_a_missing_folder_is_a_clear_io_error() {
-    let path = std::env::temp_dir().join("rlx-graph-no-such-dir-7f3a").join("g.json");
+    let path = std::env::temp_dir()
+        .join("rlx-graph-no-such-dir-7f3a")
+        .join("g.json");
     let e = load(FIXTURE).write_atomic(&path, false).unwrap_err();
     assert_eq!(e.kind, GraphErrorKind::Io);
-    assert!(e.message.contains(&path.display().to_string()), "{}", e.message);
+    assert!(
+        e.message.contains(&path.display().to_string()),
+        "{}",
+        e.message
+    );
     assert!(!path.exists());
 }
 
@@ -175,9 +219,15 @@ fn writing_over_a_folder_fails_and_keeps_it() {
     let dir = std::env::temp_dir().join(format!("rlx-graph-over-dir-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("target.json")).unwrap();
-    let e = load(FIXTURE).write_atomic(&dir.join("target.json"), false).unwrap_err();
+    let e = load(FIXTURE)
+        .write_atomic(&dir.join("target.json"), false)
+        .unwrap_err();
     assert_eq!(e.kind, GraphErrorKind::Io);
     assert!(dir.join("target.json").is_dir());
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "temporary file removed");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "temporary file removed"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

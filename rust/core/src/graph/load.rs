@@ -10,7 +10,10 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{node_label, quote, Dim, Graph, GraphError, GraphErrorKind, Node, NodeId, GRAPH_FORMAT, GRAPH_VERSION};
+use super::{
+    node_label, quote, Dim, Graph, GraphError, GraphErrorKind, Node, NodeId, GRAPH_FORMAT,
+    GRAPH_VERSION,
+};
 
 /// Parse graph.json bytes into a [`Graph`] with its nodes in file order (not yet validated).
 pub(super) fn parse(bytes: &[u8]) -> Result<Graph, GraphError> {
@@ -73,7 +76,11 @@ impl<'de> Visitor<'de> for AtomVisitor {
         Ok(Atom::U64(v))
     }
     fn visit_i64<E>(self, v: i64) -> Result<Atom, E> {
-        Ok(if v >= 0 { Atom::U64(v as u64) } else { Atom::I64(v) })
+        Ok(if v >= 0 {
+            Atom::U64(v as u64)
+        } else {
+            Atom::I64(v)
+        })
     }
     fn visit_f64<E>(self, v: f64) -> Result<Atom, E> {
         Ok(Atom::F64(v))
@@ -109,51 +116,86 @@ impl<'de> Deserialize<'de> for Atom {
     }
 }
 
-/// A list of atoms, or whatever stood where a list was expected.
+/// A list element that converts from an atom (a node id, a dim).
+trait Item: Sized {
+    fn from_atom(atom: Atom) -> Result<Self, Atom>;
+}
+
+impl Item for NodeId {
+    fn from_atom(atom: Atom) -> Result<NodeId, Atom> {
+        match atom {
+            Atom::U64(id) => Ok(id),
+            other => Err(other),
+        }
+    }
+}
+
+impl Item for Dim {
+    fn from_atom(atom: Atom) -> Result<Dim, Atom> {
+        match atom {
+            Atom::U64(n) if n <= i64::MAX as u64 => Ok(Dim::Static(n as i64)),
+            Atom::Str(s) if !s.is_empty() => Ok(Dim::Symbolic(s)),
+            other => Err(other),
+        }
+    }
+}
+
+/// A list of items; or the position and value of the first element that is not an item; or
+/// whatever stood where a list was expected.
 #[derive(Debug)]
-enum List {
-    Items(Vec<Atom>),
+enum List<T> {
+    Items(Vec<T>),
+    Bad(usize, Atom),
     Not(Atom),
 }
 
-impl<'de> Deserialize<'de> for List {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<List, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = List;
+impl<'de, T: Item> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<List<T>, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Item> Visitor<'de> for V<T> {
+            type Value = List<T>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any JSON value")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-                while let Some(item) = seq.next_element::<Atom>()? {
-                    items.push(item);
+                let mut bad = None;
+                while let Some(atom) = seq.next_element::<Atom>()? {
+                    if bad.is_none() {
+                        match T::from_atom(atom) {
+                            Ok(item) => items.push(item),
+                            Err(atom) => bad = Some((items.len(), atom)),
+                        }
+                    }
                 }
-                Ok(List::Items(items))
+                Ok(match bad {
+                    None => List::Items(items),
+                    Some((k, atom)) => List::Bad(k, atom),
+                })
             }
-            fn visit_u64<E>(self, v: u64) -> Result<List, E> {
+            fn visit_u64<E>(self, v: u64) -> Result<List<T>, E> {
                 Ok(List::Not(Atom::U64(v)))
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<List, E> {
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<List<T>, E> {
                 AtomVisitor.visit_i64(v).map(List::Not)
             }
-            fn visit_f64<E>(self, v: f64) -> Result<List, E> {
+            fn visit_f64<E>(self, v: f64) -> Result<List<T>, E> {
                 Ok(List::Not(Atom::F64(v)))
             }
-            fn visit_str<E>(self, v: &str) -> Result<List, E> {
+            fn visit_str<E>(self, v: &str) -> Result<List<T>, E> {
                 Ok(List::Not(Atom::Str(v.to_owned())))
             }
-            fn visit_bool<E>(self, v: bool) -> Result<List, E> {
+            fn visit_bool<E>(self, v: bool) -> Result<List<T>, E> {
                 Ok(List::Not(Atom::Bool(v)))
             }
-            fn visit_unit<E>(self) -> Result<List, E> {
+            fn visit_unit<E>(self) -> Result<List<T>, E> {
                 Ok(List::Not(Atom::Null))
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<List, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<List<T>, A::Error> {
                 AtomVisitor.visit_map(map).map(List::Not)
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -254,9 +296,9 @@ struct RawNode {
     id: Option<Atom>,
     op: Option<Atom>,
     name: Option<Atom>,
-    inputs: Option<List>,
+    inputs: Option<List<NodeId>>,
     attrs: Option<Attrs>,
-    shape: Option<List>,
+    shape: Option<List<Dim>>,
     dtype: Option<Atom>,
     extra: Map<String, Value>,
 }
@@ -284,7 +326,9 @@ impl<'de> Deserialize<'de> for RawNode {
                         NodeKey::Id => set(&mut n.id, map.next_value()?, "id", &mut dup),
                         NodeKey::Op => set(&mut n.op, map.next_value()?, "op", &mut dup),
                         NodeKey::Name => set(&mut n.name, map.next_value()?, "name", &mut dup),
-                        NodeKey::Inputs => set(&mut n.inputs, map.next_value()?, "inputs", &mut dup),
+                        NodeKey::Inputs => {
+                            set(&mut n.inputs, map.next_value()?, "inputs", &mut dup)
+                        }
                         NodeKey::Attrs => set(&mut n.attrs, map.next_value()?, "attrs", &mut dup),
                         NodeKey::Shape => set(&mut n.shape, map.next_value()?, "shape", &mut dup),
                         NodeKey::Dtype => set(&mut n.dtype, map.next_value()?, "dtype", &mut dup),
@@ -326,13 +370,17 @@ impl<'de> Deserialize<'de> for RawNode {
 }
 
 fn not_object(atom: Atom) -> RawNode {
-    RawNode { not_object: Some(atom), ..RawNode::default() }
+    RawNode {
+        not_object: Some(atom),
+        ..RawNode::default()
+    }
 }
 
-/// The `nodes` field: the nodes, or whatever stood there instead of a list.
+/// The `nodes` field: the nodes converted as they are read (with the first node error, if any),
+/// or whatever stood there instead of a list.
 #[derive(Debug)]
 enum RawNodes {
-    Items(Vec<RawNode>),
+    Items(Vec<Node>, Option<GraphError>),
     Not(Atom),
 }
 
@@ -345,11 +393,19 @@ impl<'de> Deserialize<'de> for RawNodes {
                 f.write_str("any JSON value")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNodes, A::Error> {
-                let mut items = Vec::new();
-                while let Some(node) = seq.next_element::<RawNode>()? {
-                    items.push(node);
+                let mut nodes = Vec::new();
+                let mut error = None;
+                let mut index = 0;
+                while let Some(raw) = seq.next_element::<RawNode>()? {
+                    if error.is_none() {
+                        match raw.into_node(index) {
+                            Ok(node) => nodes.push(node),
+                            Err(e) => error = Some(e),
+                        }
+                    }
+                    index += 1;
                 }
-                Ok(RawNodes::Items(items))
+                Ok(RawNodes::Items(nodes, error))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawNodes, A::Error> {
                 AtomVisitor.visit_map(map).map(RawNodes::Not)
@@ -386,7 +442,7 @@ struct RawGraph {
     version: Option<Atom>,
     name: Option<Atom>,
     nodes: Option<RawNodes>,
-    outputs: Option<List>,
+    outputs: Option<List<NodeId>>,
     extra: Map<String, Value>,
 }
 
@@ -420,25 +476,46 @@ impl<'de> Deserialize<'de> for RawGraph {
                 Ok(g)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<RawGraph, A::Error> {
-                Ok(RawGraph { not_object: Some(AtomVisitor.visit_seq(seq)?), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(AtomVisitor.visit_seq(seq)?),
+                    ..RawGraph::default()
+                })
             }
             fn visit_u64<E>(self, v: u64) -> Result<RawGraph, E> {
-                Ok(RawGraph { not_object: Some(Atom::U64(v)), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(Atom::U64(v)),
+                    ..RawGraph::default()
+                })
             }
             fn visit_i64<E>(self, v: i64) -> Result<RawGraph, E> {
-                Ok(RawGraph { not_object: Some(Atom::I64(v)), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(Atom::I64(v)),
+                    ..RawGraph::default()
+                })
             }
             fn visit_f64<E>(self, v: f64) -> Result<RawGraph, E> {
-                Ok(RawGraph { not_object: Some(Atom::F64(v)), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(Atom::F64(v)),
+                    ..RawGraph::default()
+                })
             }
             fn visit_str<E>(self, v: &str) -> Result<RawGraph, E> {
-                Ok(RawGraph { not_object: Some(Atom::Str(v.to_owned())), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(Atom::Str(v.to_owned())),
+                    ..RawGraph::default()
+                })
             }
             fn visit_bool<E>(self, v: bool) -> Result<RawGraph, E> {
-                Ok(RawGraph { not_object: Some(Atom::Bool(v)), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(Atom::Bool(v)),
+                    ..RawGraph::default()
+                })
             }
             fn visit_unit<E>(self) -> Result<RawGraph, E> {
-                Ok(RawGraph { not_object: Some(Atom::Null), ..RawGraph::default() })
+                Ok(RawGraph {
+                    not_object: Some(Atom::Null),
+                    ..RawGraph::default()
+                })
             }
         }
         d.deserialize_any(V)
@@ -448,10 +525,15 @@ impl<'de> Deserialize<'de> for RawGraph {
 impl RawGraph {
     fn into_graph(self) -> Result<Graph, GraphError> {
         if let Some(found) = self.not_object {
-            return Err(format_error(format!("the top level must be a graph object, found {found}")));
+            return Err(format_error(format!(
+                "the top level must be a graph object, found {found}"
+            )));
         }
         if let Some(key) = self.duplicate {
-            return Err(format_error(format!("top-level field {} is given twice", quote(&key))));
+            return Err(format_error(format!(
+                "top-level field {} is given twice",
+                quote(&key)
+            )));
         }
         match self.format {
             Some(Atom::Str(s)) if s == GRAPH_FORMAT => {}
@@ -479,58 +561,60 @@ impl RawGraph {
             None | Some(Atom::Null) => None,
             Some(Atom::Str(s)) => Some(s),
             Some(other) => {
-                return Err(format_error(format!("field \"name\" must be a string, found {other}")))
+                return Err(format_error(format!(
+                    "field \"name\" must be a string, found {other}"
+                )))
             }
         };
-        let raw_nodes = match self.nodes {
-            Some(RawNodes::Items(items)) => items,
+        let nodes = match self.nodes {
+            Some(RawNodes::Items(nodes, None)) => nodes,
+            Some(RawNodes::Items(_, Some(error))) => return Err(error),
             Some(RawNodes::Not(other)) => {
-                return Err(format_error(format!("field \"nodes\" must be a list, found {other}")))
+                return Err(format_error(format!(
+                    "field \"nodes\" must be a list, found {other}"
+                )))
             }
             None => return Err(format_error("missing field \"nodes\"".to_string())),
         };
-        let mut nodes = Vec::with_capacity(raw_nodes.len());
-        for (index, raw) in raw_nodes.into_iter().enumerate() {
-            nodes.push(raw.into_node(index)?);
-        }
         let outputs = match self.outputs {
-            Some(List::Items(items)) => {
-                let mut ids = Vec::with_capacity(items.len());
-                for (k, item) in items.into_iter().enumerate() {
-                    match item {
-                        Atom::U64(id) => ids.push(id),
-                        other => {
-                            return Err(format_error(format!(
-                                "an output must be a node id (an integer >= 0), found {other} (field \"outputs\"[{k}])"
-                            )))
-                        }
-                    }
-                }
-                ids
+            Some(List::Items(ids)) => ids,
+            Some(List::Bad(k, other)) => {
+                return Err(format_error(format!(
+                    "an output must be a node id (an integer >= 0), found {other} (field \"outputs\"[{k}])"
+                )))
             }
             Some(List::Not(other)) => {
                 return Err(format_error(format!("field \"outputs\" must be a list of node ids, found {other}")))
             }
             None => return Err(format_error("missing field \"outputs\"".to_string())),
         };
-        Ok(Graph { name, nodes, outputs, extra: self.extra })
+        Ok(Graph {
+            name,
+            nodes,
+            outputs,
+            extra: self.extra,
+        })
     }
 }
 
 impl RawNode {
     fn into_node(self, index: usize) -> Result<Node, GraphError> {
-        let at = format!("the node at index {index} of \"nodes\"");
+        let at = || format!("the node at index {index} of \"nodes\"");
         if let Some(found) = self.not_object {
-            return Err(format_error(format!("{at} must be an object, found {found}")));
+            return Err(format_error(format!(
+                "{} must be an object, found {found}",
+                at()
+            )));
         }
         let id: NodeId = match self.id {
             Some(Atom::U64(id)) => id,
             Some(other) => {
                 return Err(format_error(format!(
-                    "{at}: the id must be an integer >= 0, found {other} (field \"id\")"
+                    "{}: the id must be an integer >= 0, found {other} (field \"id\")",
+                    at()
                 )))
             }
-            None => return Err(format_error(format!("{at}: missing field \"id\""))),
+            None => return Err(format_error(format!("{}: missing field \"id\"", at()))),
         };
         // The name first, so that later messages can show it.
         let name = match self.name {
@@ -543,38 +627,35 @@ impl RawNode {
                 )))
             }
         };
-        let label = node_label(id, name.as_deref());
+        let label = || node_label(id, name.as_deref());
         if let Some(key) = self.duplicate {
-            return Err(format_error(format!("{label}: field {} is given twice", quote(&key))));
+            return Err(format_error(format!(
+                "{}: field {} is given twice",
+                label(),
+                quote(&key)
+            )));
         }
         let op = match self.op {
             Some(Atom::Str(s)) if !s.is_empty() => s,
             Some(other) => {
                 return Err(format_error(format!(
-                    "{label}: the op must be a non-empty string, found {other} (field \"op\")"
+                    "{}: the op must be a non-empty string, found {other} (field \"op\")",
+                    label()
                 )))
             }
-            None => return Err(format_error(format!("{label}: missing field \"op\""))),
+            None => return Err(format_error(format!("{}: missing field \"op\"", label()))),
         };
         let inputs = match self.inputs {
             None => Vec::new(),
-            Some(List::Items(items)) => {
-                let mut ids = Vec::with_capacity(items.len());
-                for (k, item) in items.into_iter().enumerate() {
-                    match item {
-                        Atom::U64(id) => ids.push(id),
-                        other => {
-                            return Err(format_error(format!(
-                                "{label}: an input must be a node id (an integer >= 0), found {other} (field \"inputs\"[{k}])"
-                            )))
-                        }
-                    }
-                }
-                ids
+            Some(List::Items(ids)) => ids,
+            Some(List::Bad(k, other)) => {
+                return Err(format_error(format!(
+                    "{}: an input must be a node id (an integer >= 0), found {other} (field \"inputs\"[{k}])", label()
+                )))
             }
             Some(List::Not(other)) => {
                 return Err(format_error(format!(
-                    "{label}: the inputs must be a list of node ids, found {other} (field \"inputs\")"
+                    "{}: the inputs must be a list of node ids, found {other} (field \"inputs\")", label()
                 )))
             }
         };
@@ -583,36 +664,29 @@ impl RawNode {
             Some(Attrs::Map(map, None)) => map,
             Some(Attrs::Map(_, Some(key))) => {
                 return Err(format_error(format!(
-                    "{label}: attribute {} is given twice (field \"attrs\")",
+                    "{}: attribute {} is given twice (field \"attrs\")",
+                    label(),
                     quote(&key)
                 )))
             }
             Some(Attrs::Not(other)) => {
                 return Err(format_error(format!(
-                    "{label}: the attrs must be an object, found {other} (field \"attrs\")"
+                    "{}: the attrs must be an object, found {other} (field \"attrs\")",
+                    label()
                 )))
             }
         };
         let shape = match self.shape {
             None | Some(List::Not(Atom::Null)) => None,
-            Some(List::Items(items)) => {
-                let mut dims = Vec::with_capacity(items.len());
-                for (k, item) in items.into_iter().enumerate() {
-                    match item {
-                        Atom::U64(n) if n <= i64::MAX as u64 => dims.push(Dim::Static(n as i64)),
-                        Atom::Str(s) if !s.is_empty() => dims.push(Dim::Symbolic(s)),
-                        other => {
-                            return Err(format_error(format!(
-                                "{label}: a dim must be an integer >= 0 or a non-empty string, found {other} (field \"shape\"[{k}])"
-                            )))
-                        }
-                    }
-                }
-                Some(dims)
+            Some(List::Items(dims)) => Some(dims),
+            Some(List::Bad(k, other)) => {
+                return Err(format_error(format!(
+                    "{}: a dim must be an integer >= 0 or a non-empty string, found {other} (field \"shape\"[{k}])", label()
+                )))
             }
             Some(List::Not(other)) => {
                 return Err(format_error(format!(
-                    "{label}: the shape must be a list of dims, found {other} (field \"shape\")"
+                    "{}: the shape must be a list of dims, found {other} (field \"shape\")", label()
                 )))
             }
         };
@@ -621,10 +695,20 @@ impl RawNode {
             Some(Atom::Str(s)) => Some(s),
             Some(other) => {
                 return Err(format_error(format!(
-                    "{label}: the dtype must be a string, found {other} (field \"dtype\")"
+                    "{}: the dtype must be a string, found {other} (field \"dtype\")",
+                    label()
                 )))
             }
         };
-        Ok(Node { id, op, name, inputs, attrs, shape, dtype, extra: self.extra })
+        Ok(Node {
+            id,
+            op,
+            name,
+            inputs,
+            attrs,
+            shape,
+            dtype,
+            extra: self.extra,
+        })
     }
 }

@@ -86,7 +86,8 @@ impl Serialize for Graph {
 /// The order to write nodes in: topological when the graph allows one, else as stored.
 fn write_order(g: &Graph) -> Option<Vec<usize>> {
     let index = g.id_index().ok()?;
-    g.topo_order(&index).ok().flatten()
+    let (positions, ordered) = g.input_positions(&index).ok()?;
+    g.topo_order(&positions, ordered).ok().flatten()
 }
 
 /// JSON on one line with a space after `,` and `:` (`{"id": 0, "shape": [1, 8]}`).
@@ -115,9 +116,14 @@ impl Formatter for Spaced {
 fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T, spaced: bool) {
     // Writing JSON values into memory cannot fail (keys are strings, numbers are finite).
     let result = if spaced {
-        value.serialize(&mut serde_json::Serializer::with_formatter(&mut *out, Spaced))
+        value.serialize(&mut serde_json::Serializer::with_formatter(
+            &mut *out, Spaced,
+        ))
     } else {
-        value.serialize(&mut serde_json::Serializer::with_formatter(&mut *out, CompactFormatter))
+        value.serialize(&mut serde_json::Serializer::with_formatter(
+            &mut *out,
+            CompactFormatter,
+        ))
     };
     debug_assert!(result.is_ok());
 }
@@ -141,8 +147,15 @@ pub(super) fn to_string(g: &Graph, pretty: bool) -> String {
             put(&mut out, node, true);
         };
         match &order {
-            Some(order) => order.iter().enumerate().for_each(|(k, &i)| write_node(k, &g.nodes[i])),
-            None => g.nodes.iter().enumerate().for_each(|(k, n)| write_node(k, n)),
+            Some(order) => order
+                .iter()
+                .enumerate()
+                .for_each(|(k, &i)| write_node(k, &g.nodes[i])),
+            None => g
+                .nodes
+                .iter()
+                .enumerate()
+                .for_each(|(k, n)| write_node(k, n)),
         }
         out.extend_from_slice(if g.nodes.is_empty() { b"]" } else { b"\n  ]" });
         out.extend_from_slice(b",\n  \"outputs\": ");
@@ -176,11 +189,18 @@ pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GraphError> 
     };
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(file_name);
-    tmp_name.push(format!(".tmp-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    tmp_name.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
     let tmp = dir.join(tmp_name);
 
     let written = (|| -> io::Result<()> {
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()
     })();
