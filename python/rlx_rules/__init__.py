@@ -14,6 +14,7 @@ from .api import RuleSet, bundled_rules_dir, compile_rules, compile_text, defaul
 from .errors import ApplyError, Diagnostic, GraphError, ParamError, ProgramError, RlxRulesError, RuleError
 from .graph import Graph, Node, load_graph
 from .report import Report
+from .kernels import FusedAttentionBlock, attention, fused_attention_block
 
 __all__ = [
     "ApplyError", "Diagnostic", "Graph", "GraphError", "Node", "ParamError", "ProgramError", "Report",
