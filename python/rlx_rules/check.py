@@ -360,7 +360,9 @@ class _Checker:
                     self.error(loc, f"keep names {name!r}, the root that the rewrite replaces")
         self._check_structure(scope)
         for slot in scope.slots.values():
-            if not slot.anonymous and uses.get(slot.name, 0) == 0 and not slot.name.startswith("_"):
+            # a leaf's first pattern reference only introduces it; it is used if referenced again
+            needed = 2 if slot.is_leaf else 1
+            if not slot.anonymous and uses.get(slot.name, 0) < needed and not slot.name.startswith("_"):
                 what = "leaf" if slot.is_leaf else "binding"
                 self.error(slot.loc, f"{what} {slot.name!r} is never used; write _ to match any node")
         for name, let in scope.lets.items():
@@ -665,5 +667,5 @@ def check(files: list[ast.RuleFile], sources: dict[str, str], registry: Registry
     if any(r.phase == DEFAULT_PHASE for r in rules) and DEFAULT_PHASE not in phase_names:
         phases.append(ast.PhaseDecl(DEFAULT_PHASE, None, ast.Loc("<implicit>", 1, 1)))
     if c.errors:
-        raise RuleError(c.errors)
+        raise RuleError(sorted(c.errors, key=lambda d: (d.loc.file, d.loc.line, d.loc.col) if d.loc else ("", 0, 0)))
     return CheckedRules(c.params, phases, c.gates, rules, c.warnings)
