@@ -70,7 +70,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], bool, Type]] = {
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.7)
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

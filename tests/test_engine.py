@@ -1,0 +1,158 @@
+"""Engine semantics: unsafe rewrites are refused whatever the rule says, phases, caps, budgets, multi-node rewrites."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import rlx_rules
+from rlx_rules.interpret import random_values, run
+
+from conftest import seed_graph
+
+HERE = pathlib.Path(__file__).parent
+
+# A rule with no use-count or output guards at all: only the engine stands between it and a wrong graph.
+CARELESS = """
+rule careless_matmul_bias {
+  match {
+    mm  = MatMul(x, w)
+    add = Add(mm, bias)
+  }
+  rewrite add => FusedMatMulBiasAct(x, w, bias) { activation: null }
+}
+"""
+
+
+def mm_add(extra_use=False, mm_output=False) -> dict:
+    nodes = [
+        {"id": 0, "op": "Input", "name": "x", "shape": [2, 4], "dtype": "f32"},
+        {"id": 1, "op": "Param", "name": "w", "shape": [4, 3], "dtype": "f32"},
+        {"id": 2, "op": "Param", "name": "b", "shape": [3], "dtype": "f32"},
+        {"id": 3, "op": "MatMul", "inputs": [0, 1], "shape": [2, 3], "dtype": "f32"},
+        {"id": 4, "op": "Add", "inputs": [3, 2], "shape": [2, 3], "dtype": "f32"},
+    ]
+    outputs = [4]
+    if extra_use:
+        nodes.append({"id": 5, "op": "Relu", "inputs": [3], "shape": [2, 3], "dtype": "f32"})
+        outputs.append(5)
+    if mm_output:
+        outputs.append(3)
+    return {"format": "rlx-graph", "version": 1, "nodes": nodes, "outputs": outputs}
+
+
+def test_careless_rule_fires_when_safe():
+    fused, report = rlx_rules.compile_text(CARELESS).apply(mm_add())
+    assert report.fired("careless_matmul_bias") == 1
+
+
+@pytest.mark.parametrize("case", ["extra_use", "mm_output"])
+def test_engine_refuses_to_delete_a_node_still_needed(case):
+    graph = mm_add(**{case: True})
+    fused, report = rlx_rules.compile_text(CARELESS).apply(graph)
+    rule = report.rules["careless_matmul_bias"]
+    assert rule["matched"] == 1 and rule["fired"] == 0 and rule["refused_unsafe"] == 1
+    assert "graph output" in rule["first_refusal"] or "still used by" in rule["first_refusal"]
+    assert fused.to_dict() == rlx_rules.load_graph(graph).to_dict()  # untouched
+    inputs, params = random_values(graph)
+    for a, b in zip(run(graph, inputs, params), run(fused, inputs, params)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_root_that_is_an_output_keeps_its_id_so_the_output_survives():
+    fused, _ = rlx_rules.compile_text(CARELESS).apply(mm_add())
+    assert fused.outputs == [4] and fused.node(4).op == "FusedMatMulBiasAct"
+
+
+def test_multi_node_rewrite_builds_helpers_and_keeps_values():
+    rules = rlx_rules.compile_rules([HERE / "rules" / "pass" / "features.rlxr"])
+    graph = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Input", "name": "x", "shape": [3, 5], "dtype": "f32"},
+        {"id": 1, "op": "Param", "name": "b", "shape": [5], "dtype": "f32"},
+        {"id": 2, "op": "Add", "inputs": [0, 1], "shape": [3, 5], "dtype": "f32"},
+        {"id": 3, "op": "Silu", "inputs": [2], "shape": [3, 5], "dtype": "f32"}], "outputs": [3]}
+    fused, report = rules.apply(graph)
+    assert report.fired("split_out") == 1
+    assert fused.node(3).op == "Mul"
+    sig = fused.find("Sigmoid")[0]
+    assert list(sig.shape) == [3, 5] and sig.dtype == "f32" and sig.id == 4  # a fresh id after the largest
+    inputs, params = random_values(graph, scale=1.0)
+    np.testing.assert_allclose(run(fused, inputs, params)[0], run(graph, inputs, params)[0], rtol=1e-12)
+
+
+def test_a_phase_that_never_settles_stops_at_its_cap_and_says_so():
+    flip = """
+phase flip max_iterations 3
+rule a phase flip { match { n = Relu(x) } rewrite n => Sigmoid(x) }
+rule b phase flip { match { n = Sigmoid(x) } rewrite n => Relu(x) }
+"""
+    graph = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Input", "name": "x", "shape": [2], "dtype": "f32"},
+        {"id": 1, "op": "Relu", "inputs": [0], "shape": [2], "dtype": "f32"}], "outputs": [1]}
+    fused, report = rlx_rules.compile_text(flip).apply(graph)
+    phase = report.phases[0]
+    assert phase["stop"] == "cap" and phase["iterations"] == 3
+    assert phase["still_firing"] == ["a", "b"]
+    assert "CAP REACHED" in str(report)
+
+
+def test_rewrite_budget_and_debug_failure_hook_raise_apply_error(rules):
+    graph = rlx_rules.examples.bert_encoder(layers=3)
+    with pytest.raises(rlx_rules.ApplyError, match="budget"):
+        rules.apply(graph, max_rewrites=2)
+    with pytest.raises(rlx_rules.ApplyError, match="on purpose"):
+        rules.apply(graph, fail_after_rewrites=1)
+
+
+def test_unknown_param_is_rejected(rules):
+    with pytest.raises(rlx_rules.ParamError, match="unknown parameter NOPE"):
+        rules.apply(seed_graph(), {"NOPE": 1})
+
+
+def test_apply_leaves_the_input_graph_unchanged(rules):
+    graph = rlx_rules.load_graph(rlx_rules.examples.bert_encoder(layers=1))
+    before = graph.to_json()
+    rules.apply(graph)
+    assert graph.to_json() == before
+
+
+def test_symbolic_dims_compare_by_name_and_never_equal_a_number():
+    rules = rlx_rules.compile_text("""
+rule same_batch {
+  match { m = Mul(a, b) }
+  where dim(a, 0) == dim(b, 0)
+  rewrite m => Add(a, b)
+}
+rule batch_is_one {
+  match { m = Sub(a, b) }
+  where dim(a, 0) != 1 and a != b
+  rewrite m => Add(a, b)
+}
+""")
+    def graph(op, d0, d1):
+        return {"format": "rlx-graph", "version": 1, "nodes": [
+            {"id": 0, "op": "Input", "name": "a", "shape": [d0, 2]},
+            {"id": 1, "op": "Input", "name": "b", "shape": [d1, 2]},
+            {"id": 2, "op": op, "inputs": [0, 1], "shape": [d0, 2]}], "outputs": [2]}
+    assert rules.apply(graph("Mul", "n", "n"))[1].fired("same_batch") == 1
+    assert rules.apply(graph("Mul", "n", "m"))[1].fired("same_batch") == 0
+    assert rules.apply(graph("Mul", "n", 4))[1].fired("same_batch") == 0
+    # unknown whether a symbolic dim is 1, so even "!= 1" does not hold
+    assert rules.apply(graph("Sub", "n", "n"))[1].fired("batch_is_one") == 0
+    assert rules.apply(graph("Sub", 3, 3))[1].fired("batch_is_one") == 1
+
+
+def test_a_malformed_program_is_a_program_error():
+    from rlx_rules import _native
+
+    with pytest.raises(rlx_rules.ProgramError):
+        _native.Program('{"format": "rlx-program", "version": 99, "phases": [], "rules": []}')
+    with pytest.raises(rlx_rules.ProgramError, match="before it is bound"):
+        _native.Program('{"format": "rlx-program", "version": 1, "phases": [{"name": "p", "max_iterations": 1, '
+                        '"rules": ["r"]}], "rules": [{"name": "r", "phase": "p", "root_ops": ["Relu"], '
+                        '"slots": [{"name": "n", "leaf": false}, {"name": "x", "leaf": true}], '
+                        '"code": [{"i": "same", "slot": 0, "index": 0, "as": 1}], "absorb": [], '
+                        '"rewrite": [{"name": "n", "op": "Relu", "inputs": [{"slot": 1}], "attrs": [], '
+                        '"shape": null, "dtype": null, "replaces": 0}]}]}')
