@@ -111,3 +111,22 @@ def test_parse_round_trip_keeps_locations():
     rule = f.items[0]
     assert (rule.loc.line, rule.loc.col) == (1, 6)
     assert (rule.bindings[0].loc.line, rule.bindings[0].loc.col) == (2, 11)
+
+
+def _without_locations(value):
+    if isinstance(value, dict):
+        return {k: _without_locations(v) for k, v in value.items() if k != "loc"}
+    if isinstance(value, list):
+        return [_without_locations(v) for v in value]
+    return value
+
+
+def test_rust_test_fixture_is_the_current_compiled_library():
+    """rust/core/tests/fixtures/default_program.json lets `cargo test` run the real rules without Python."""
+    import json
+
+    fixture = HERE.parent / "rust" / "core" / "tests" / "fixtures" / "default_program.json"
+    current = _without_locations(rlx_rules.load_rules().program)
+    assert _without_locations(json.loads(fixture.read_text())) == current, (
+        "regenerate: python -c \"import json, rlx_rules; json.dump(rlx_rules.load_rules().program, "
+        "open('rust/core/tests/fixtures/default_program.json', 'w'), indent=1, sort_keys=True)\"")

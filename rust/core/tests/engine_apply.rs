@@ -1,0 +1,133 @@
+//! The rule engine without Python: the compiled standard library (a fixture) applied to graphs.
+
+use std::collections::BTreeMap;
+
+use rlx_rules_core::apply::{apply, ApplyError, ApplyOptions};
+use rlx_rules_core::graph::Graph;
+use rlx_rules_core::program::Program;
+use rlx_rules_core::registry::Registry;
+use serde_json::{json, Map, Value};
+
+const PROGRAM: &str = include_str!("fixtures/default_program.json");
+const BERT_2L: &str = include_str!("fixtures/bert_2l.graph.json");
+
+fn program() -> Program {
+    Program::from_json_str(PROGRAM).expect("fixture program loads")
+}
+
+fn load(text: &str) -> Graph {
+    Graph::from_json_str(text, Registry::builtin()).expect("graph loads").0
+}
+
+fn run(graph: Graph, params: Value) -> Result<(Graph, rlx_rules_core::apply::Report), ApplyError> {
+    let params: Map<String, Value> = params.as_object().cloned().unwrap_or_default();
+    apply(graph, &program(), &params, Registry::builtin(), &ApplyOptions::default())
+}
+
+fn counts(g: &Graph) -> BTreeMap<String, usize> {
+    let mut c = BTreeMap::new();
+    for n in &g.nodes {
+        *c.entry(n.op.clone()).or_insert(0) += 1;
+    }
+    c
+}
+
+#[test]
+fn bert_two_layers_fuse_to_two_attention_blocks() {
+    let (out, report) = run(load(BERT_2L), json!({})).unwrap();
+    let c = counts(&out);
+    assert_eq!(c.get("FusedAttentionBlock"), Some(&2));
+    assert_eq!(c.get("FusedMatMulBiasAct"), Some(&4));
+    assert_eq!(c.get("MatMul"), None);
+    assert_eq!(c.get("Narrow"), None);
+    assert_eq!(report.nodes_before, 60);
+    assert_eq!(report.nodes_after, 40);
+    assert_eq!(report.rewrites, 10);
+    assert!(report.phases.iter().all(|p| p.stop == "fixpoint"));
+    assert_eq!(report.gates.get("small_batch_seq"), Some(&true));
+    // the fused block's inputs in the seed pass's order
+    let block = out.nodes.iter().find(|n| n.op == "FusedAttentionBlock").unwrap();
+    let names: Vec<_> = block.inputs.iter().map(|id| out.node(*id).unwrap().name.clone().unwrap_or_default()).collect();
+    assert_eq!(names, ["hidden", "layer0.qkv_w", "layer0.out_w", "mask", "layer0.qkv_b", "layer0.out_b"]);
+    assert_eq!(block.attrs["num_heads"], json!(4));
+    assert_eq!(block.attrs["has_rope"], json!(false));
+}
+
+#[test]
+fn output_is_deterministic() {
+    let a = run(load(BERT_2L), json!({})).unwrap().0.to_json_string();
+    for _ in 0..3 {
+        assert_eq!(run(load(BERT_2L), json!({})).unwrap().0.to_json_string(), a);
+    }
+}
+
+#[test]
+fn threshold_parameter_closes_the_gate() {
+    // batch 1 x seq 8 = 8: open at 8, closed at 7
+    let (open, _) = run(load(BERT_2L), json!({"RLX_FUSE_ATTN_THRESHOLD": 8})).unwrap();
+    assert_eq!(counts(&open).get("FusedAttentionBlock"), Some(&2));
+    let (closed, report) = run(load(BERT_2L), json!({"RLX_FUSE_ATTN_THRESHOLD": 7})).unwrap();
+    assert_eq!(counts(&closed).get("FusedAttentionBlock"), None);
+    assert_eq!(counts(&closed).get("Attention"), Some(&2));
+    assert_eq!(report.gates.get("small_batch_seq"), Some(&false));
+}
+
+#[test]
+fn bad_parameters_are_errors() {
+    assert!(matches!(run(load(BERT_2L), json!({"RLX_FUSE_ATTN_THRESHOLD": "x"})), Err(ApplyError::Param(_))));
+    assert!(matches!(run(load(BERT_2L), json!({"NOPE": 1})), Err(ApplyError::Param(_))));
+}
+
+#[test]
+fn a_graph_output_inside_the_chain_blocks_the_fusion() {
+    let mut doc: Value = serde_json::from_str(BERT_2L).unwrap();
+    // make layer 0's attention node a graph output
+    let attn_id = doc["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "layer0.attn").unwrap()["id"].clone();
+    doc["outputs"].as_array_mut().unwrap().push(attn_id);
+    let (out, _) = run(load(&doc.to_string()), json!({})).unwrap();
+    assert_eq!(counts(&out).get("FusedAttentionBlock"), Some(&1));
+    assert_eq!(counts(&out).get("Attention"), Some(&1));
+}
+
+#[test]
+fn failure_hook_and_budget_stop_with_an_error() {
+    let p = program();
+    let opts = ApplyOptions { fail_after_rewrites: Some(1), ..Default::default() };
+    assert!(matches!(apply(load(BERT_2L), &p, &Map::new(), Registry::builtin(), &opts), Err(ApplyError::Limit(_))));
+    let opts = ApplyOptions { max_rewrites: Some(3), ..Default::default() };
+    assert!(matches!(apply(load(BERT_2L), &p, &Map::new(), Registry::builtin(), &opts), Err(ApplyError::Limit(_))));
+}
+
+#[test]
+fn malformed_programs_are_refused_not_run() {
+    for bad in [
+        "",
+        "{}",
+        r#"{"format": "rlx-program", "version": 2, "phases": [], "rules": []}"#,
+        r#"{"format": "other", "version": 1, "phases": [], "rules": []}"#,
+        r#"{"format": "rlx-program", "version": 1, "phases": [], "rules": [], "surprise": 1}"#,
+    ] {
+        assert!(Program::from_json_str(bad).is_err(), "accepted {bad:?}");
+    }
+    // a slot read before it is bound, an out-of-range absorb, and a rewrite that replaces nothing
+    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
+    doc["rules"][1]["code"][0] = json!({"i": "same", "slot": 0, "index": 0, "as": 3});
+    assert!(Program::from_json_str(&doc.to_string()).unwrap_err().0.contains("before it is bound"));
+    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
+    doc["rules"][1]["absorb"] = json!([99]);
+    assert!(Program::from_json_str(&doc.to_string()).is_err());
+    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
+    doc["rules"][1]["rewrite"][0]["replaces"] = Value::Null;
+    assert!(Program::from_json_str(&doc.to_string()).is_err());
+}
+
+#[test]
+fn deeply_nested_program_expressions_are_refused() {
+    let mut e = json!({"lit": true});
+    for _ in 0..100 {
+        e = json!({"un": "not", "e": e});
+    }
+    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
+    doc["rules"][1]["code"][0] = json!({"i": "guard", "expr": e});
+    assert!(Program::from_json_str(&doc.to_string()).is_err());
+}
