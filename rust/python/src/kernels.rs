@@ -347,12 +347,24 @@ fn default_threads() -> usize {
     core::resolve_threads(None)
 }
 
+/// Roofline probes for the benchmark: `(read bytes/s over an nbytes buffer, peak flop/s)` with
+/// `threads` threads. Runs for about a second; the GIL is released.
+#[pyfunction]
+#[pyo3(signature = (nbytes, threads))]
+fn machine_roofline(py: Python<'_>, nbytes: usize, threads: usize) -> PyResult<(f64, f64)> {
+    if threads == 0 {
+        return Err(PyValueError::new_err("threads must be positive"));
+    }
+    Ok(py.detach(|| (core::roofline::read_bandwidth(nbytes, threads, 30), core::roofline::peak_flops(threads))))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fused_attention_block, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(simd_paths, m)?)?;
     m.add_function(wrap_pyfunction!(selected_simd, m)?)?;
     m.add_function(wrap_pyfunction!(default_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(machine_roofline, m)?)?;
     m.add_class::<PyPreparedAttentionBlock>()?;
     m.add("PARALLEL_MIN_FLOPS", core::PARALLEL_MIN_FLOPS)?;
     Ok(())

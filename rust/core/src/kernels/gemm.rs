@@ -6,11 +6,14 @@
 //! thread streams its own slice of the weights.
 
 use super::par::Par;
-use super::simd::{dispatch, Isa};
+use super::simd::{dispatch, prefetch_read, Isa};
 
 /// Width in floats of one weight panel, the same on every SIMD path so a packed matrix works with
 /// any of them.
 pub const NR: usize = 32;
+
+/// How many weight rows ahead the micro-kernel prefetches.
+const PREFETCH_ROWS: usize = 16;
 
 /// Weights `[K, N]` packed once into `ceil(N / NR)` panels, each `K × NR` contiguous and
 /// zero-padded on the right, plus the bias padded to the same width.
@@ -143,49 +146,152 @@ pub(crate) fn project(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: W
     let cptr = SendPtr(c.as_mut_ptr());
     // Contiguous panel ranges: a few per thread so work stealing can even out the load.
     let n_tasks = if par.parallel { n_panels.min(par.threads * 4) } else { 1 };
+    let full_panels = n / NR;
     par.for_each(n_tasks, |task| {
         let p0 = task * n_panels / n_tasks;
         let p1 = (task + 1) * n_panels / n_tasks;
-        for p in p0..p1 {
+        if !w.packed && m <= KOUTER_MAX_ROWS {
             // SAFETY: lengths checked above; tasks own disjoint column panels of C.
-            unsafe { project_panel(isa, m, a, lda, &w, p, cptr, ldc) };
+            unsafe { project_kouter(isa, m, a, lda, &w, p0, p1.min(full_panels), cptr, ldc) };
+            unsafe { project_panels(isa, m, a, lda, &w, p0.max(full_panels), p1, cptr, ldc) };
+        } else {
+            // SAFETY: as above.
+            unsafe { project_panels(isa, m, a, lda, &w, p0, p1, cptr, ldc) };
         }
     });
 }
 
-/// Computes columns `[p·NR, p·NR + width)` of C for all rows.
-unsafe fn project_panel(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p: usize, c: SendPtr, ldc: usize) {
-    let k = w.k;
-    let col0 = p * NR;
-    let width = NR.min(w.n - col0);
-    let (mut bptr, mut ldb) = w.panel(p);
-    let mut bias_ptr: *const f32 = w.bias.map_or(std::ptr::null(), |b| b[col0..].as_ptr());
-    // A partial panel read in place would run past the matrix: copy it, zero-padded.
-    let mut tail_panel = Vec::new();
-    let mut tail_bias = [0.0f32; NR];
-    if width < NR && !w.packed {
-        tail_panel = vec![0.0f32; k * NR];
-        for row in 0..k {
-            tail_panel[row * NR..row * NR + width].copy_from_slice(&w.data[row * w.n + col0..row * w.n + col0 + width]);
-        }
-        bptr = tail_panel.as_ptr();
-        ldb = NR;
-        if let Some(b) = w.bias {
-            tail_bias[..width].copy_from_slice(&b[col0..col0 + width]);
-            bias_ptr = tail_bias.as_ptr();
-        }
+/// Up to this many rows, row-major weights are read k-group by k-group across all of a task's
+/// panels (sequential streams the prefetcher follows), with C kept in L2 between groups.
+const KOUTER_MAX_ROWS: usize = 16;
+/// Weight rows per k-group of the k-outer order.
+const KGROUP: usize = 8;
+
+/// Full panels `[p0, p1)` of row-major weights, k-outer order.
+#[allow(clippy::too_many_arguments)]
+unsafe fn project_kouter(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
+    if p0 >= p1 {
+        return;
     }
+    let (k, ldb) = (w.k, w.n);
+    let b = w.data.as_ptr();
+    let bias: *const f32 = w.bias.map_or(std::ptr::null(), |x| x.as_ptr());
     let a = a.as_ptr();
-    let c = c.add(col0);
-    dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, bptr: *const f32, ldb: usize, bias_ptr: *const f32, c: *mut f32, ldc: usize, width: usize) {
+    let c = c.0;
+    dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, bias: *const f32, c: *mut f32, ldc: usize, p0: usize, p1: usize) {
         match (S::LANES, S::GEMM_MR) {
-            (16, 8) => panel_rows::<S, 8, 2>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
-            (8, 3) => panel_rows::<S, 3, 4>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
-            (4, 3) => panel_rows::<S, 3, 8>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
-            _ => panel_rows::<S, 2, { NR / 8 }>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+            (16, 8) => kouter::<S, 8, 2>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
+            (8, 3) => kouter::<S, 3, 4>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
+            (4, 3) => kouter::<S, 3, 8>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
+            _ => kouter::<S, 2, { NR / 8 }>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
         }
     });
-    drop(tail_panel);
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn kouter<S: super::simd::Simd, const MR: usize, const NV: usize>(
+    m: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    bias: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    p0: usize,
+    p1: usize,
+) {
+    let mut k0 = 0;
+    while k0 < k {
+        let kg = KGROUP.min(k - k0);
+        let first = k0 == 0;
+        for p in p0..p1 {
+            let col = p * NR;
+            let bias_p = if bias.is_null() || !first { std::ptr::null() } else { bias.add(col) };
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = MR.min(m - r0);
+                let (a_r, b_k, c_r) = (a.add(r0 * lda + k0), b.add(k0 * ldb + col), c.add(r0 * ldc + col));
+                macro_rules! rows_case {
+                    ($($r:literal)*) => {
+                        match rows {
+                            $($r if $r <= MR => micro::<S, $r, NV>(kg, a_r, lda, b_k, ldb, bias_p, !first, false, c_r, ldc),)*
+                            _ => unreachable!(),
+                        }
+                    };
+                }
+                rows_case!(1 2 3 4 5 6 7 8);
+                r0 += rows;
+            }
+        }
+        k0 += kg;
+    }
+}
+
+/// Computes, for all rows, the columns of C under panels `[p0, p1)`.
+///
+/// Row-major weights are first copied, `PACK_GROUP` panels at a time, into a contiguous,
+/// zero-padded buffer that stays in L2 while every row block uses it (each weight row is then read
+/// as one contiguous run; a partial panel must be copied anyway, as read in place it would run
+/// past the matrix).
+unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
+    let k = w.k;
+    let mut buf = if w.packed { Vec::new() } else { PANEL_SCRATCH.with(|cell| cell.take()) };
+    let mut g0 = p0;
+    while g0 < p1 {
+        let g1 = if w.packed { p1 } else { p1.min(g0 + PACK_GROUP) };
+        if !w.packed {
+            if buf.len() < (g1 - g0) * k * NR {
+                buf.resize(PACK_GROUP * k * NR, 0.0);
+            }
+            let (col0, col1) = (g0 * NR, (g1 * NR).min(w.n));
+            for row in 0..k {
+                let src = &w.data[row * w.n + col0..row * w.n + col1];
+                for (i, chunk) in src.chunks(NR).enumerate() {
+                    let dst = &mut buf[(i * k + row) * NR..(i * k + row + 1) * NR];
+                    dst[..chunk.len()].copy_from_slice(chunk);
+                    dst[chunk.len()..].fill(0.0);
+                }
+            }
+        }
+        for p in g0..g1 {
+            let col0 = p * NR;
+            let width = NR.min(w.n - col0);
+            let (bptr, ldb) = if w.packed { w.panel(p) } else { (buf[(p - g0) * k * NR..].as_ptr(), NR) };
+            let mut tail_bias = [0.0f32; NR];
+            let mut bias_ptr: *const f32 = w.bias.map_or(std::ptr::null(), |b| b[col0..].as_ptr());
+            if !w.packed && width < NR {
+                if let Some(b) = w.bias {
+                    tail_bias[..width].copy_from_slice(&b[col0..col0 + width]);
+                    bias_ptr = tail_bias.as_ptr();
+                }
+            }
+            let a = a.as_ptr();
+            let c = c.add(col0);
+            dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, bptr: *const f32, ldb: usize, bias_ptr: *const f32, c: *mut f32, ldc: usize, width: usize) {
+                match (S::LANES, S::GEMM_MR) {
+                    (16, 8) => panel_rows::<S, 8, 2>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+                    (8, 3) => panel_rows::<S, 3, 4>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+                    (4, 3) => panel_rows::<S, 3, 8>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+                    _ => panel_rows::<S, 2, { NR / 8 }>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+                }
+            });
+        }
+        g0 = g1;
+    }
+    if !w.packed {
+        PANEL_SCRATCH.with(|cell| cell.replace(buf));
+    }
+}
+
+/// Panels of row-major weights packed together on the fly (contiguous reads of 4 × 128 bytes).
+const PACK_GROUP: usize = 4;
+
+thread_local! {
+    /// Weight panels packed on the fly (PACK_GROUP × k × NR floats), reused between panels and calls.
+    static PANEL_SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// All rows of one panel, `MR` rows at a time; a partial panel goes through a padded tile.
@@ -213,7 +319,7 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
         macro_rules! rows_case {
             ($($r:literal)*) => {
                 match rows {
-                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, dst, ld),)*
+                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, false, false, dst, ld),)*
                     _ => unreachable!(),
                 }
             };
@@ -228,8 +334,9 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
     }
 }
 
-/// `C[0..MR, 0..NV·LANES] = A[0..MR, 0..k] · B[0..k, panel] + bias` with all accumulators in
-/// registers.
+/// `C[0..MR, 0..NV·LANES] = A[0..MR, 0..k] · B[0..k, panel] + init` with all accumulators in
+/// registers; `init` is C itself when `accumulate`, else the bias (or zero when it is null).
+/// `prefetch` fetches weight rows ahead by hand (for strided, in-place weights).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
@@ -239,11 +346,19 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     b: *const f32,
     ldb: usize,
     bias: *const f32,
+    accumulate: bool,
+    prefetch: bool,
     c: *mut f32,
     ldc: usize,
 ) {
     let mut acc = [[S::zero(); NV]; MR];
-    if !bias.is_null() {
+    if accumulate {
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (v, x) in row.iter_mut().enumerate() {
+                *x = S::load(c.add(r * ldc + v * S::LANES));
+            }
+        }
+    } else if !bias.is_null() {
         for v in 0..NV {
             let bv = S::load(bias.add(v * S::LANES));
             for row in acc.iter_mut() {
@@ -253,6 +368,12 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     }
     for p in 0..k {
         let brow = b.add(p * ldb);
+        // Weights read in place (ldb = N) defeat the hardware prefetcher: fetch ahead by hand.
+        if prefetch {
+            let ahead = brow.wrapping_add(PREFETCH_ROWS * ldb);
+            prefetch_read(ahead);
+            prefetch_read(ahead.wrapping_add(16));
+        }
         let mut bv = [S::zero(); NV];
         for (v, x) in bv.iter_mut().enumerate() {
             *x = S::load(brow.add(v * S::LANES));

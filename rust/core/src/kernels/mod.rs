@@ -8,6 +8,7 @@ pub mod attention;
 pub mod block;
 pub mod gemm;
 pub mod par;
+pub mod roofline;
 pub mod rope;
 pub mod simd;
 
