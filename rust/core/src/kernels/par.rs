@@ -12,6 +12,14 @@ pub const THREADS_ENV: &str = "RLX_RULES_THREADS";
 /// docs/kernels.md): on the 2-core reference machine two threads start to win at about 2 MFLOP.
 pub const PARALLEL_MIN_FLOPS: f64 = 2.0e6;
 
+/// Environment variable overriding [`PARALLEL_MIN_FLOPS`] (for measuring it; `0` always wakes the pool).
+pub const PARALLEL_MIN_FLOPS_ENV: &str = "RLX_RULES_PARALLEL_MIN_FLOPS";
+
+/// The small-work threshold in force: `RLX_RULES_PARALLEL_MIN_FLOPS`, else [`PARALLEL_MIN_FLOPS`].
+pub fn parallel_min_flops() -> f64 {
+    std::env::var(PARALLEL_MIN_FLOPS_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v >= 0.0).unwrap_or(PARALLEL_MIN_FLOPS)
+}
+
 /// Thread count for a call: `requested` if given (and > 0), else `RLX_RULES_THREADS`, else the
 /// number of cores.
 pub fn resolve_threads(requested: Option<usize>) -> usize {
@@ -56,7 +64,7 @@ impl Par {
     /// Runs `body` with a `Par` for `threads`, inside the pool when the work (in flops) is large
     /// enough to be worth it, else directly on the calling thread.
     pub fn run<R: Send>(threads: usize, flops: f64, body: impl FnOnce(Par) -> R + Send) -> R {
-        if threads <= 1 || flops < PARALLEL_MIN_FLOPS {
+        if threads <= 1 || flops < parallel_min_flops() {
             body(Par::SERIAL)
         } else {
             let par = Par { threads, parallel: true };

@@ -1,0 +1,296 @@
+"""Benchmark of the fused attention block against numpy, ONNX Runtime and PyTorch: same inputs, one process, alternating calls, medians, ratios and the roofline bound.
+
+Run (from the repository root, after `pip install -e .` or `maturin develop --release`):
+
+    python benchmarks/bench_attention.py                 # all shapes, 1 and 2 threads
+    python benchmarks/bench_attention.py --quick         # fewer rounds
+    python benchmarks/bench_attention.py --threshold     # where 2 threads start to beat 1
+
+Contenders that are not installed (onnxruntime + onnx, torch, threadpoolctl for numpy's BLAS
+threads) are skipped with a note. Timing never enters a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from rlx_rules import _native
+from rlx_rules import kernels as K
+
+SHAPES_BS = [(1, 8), (1, 16), (1, 64), (4, 16), (1, 128), (1, 512), (8, 128)]
+MODELS = [(768, 12), (384, 6)]
+
+
+# ---------------------------------------------------------------- contenders
+
+
+def numpy_block(x, qkv_w, qkv_b, out_w, out_b, mask, num_heads):
+    """The block as a numpy user would write it, in float32."""
+    b, s, h = x.shape
+    d = h // num_heads
+    qkv = x @ qkv_w + qkv_b
+    q, k, v = (qkv[..., i * h : (i + 1) * h].reshape(b, s, num_heads, d).transpose(0, 2, 1, 3) for i in range(3))
+    scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(d**-0.5)
+    scores = np.where(mask[:, None, None, :] < 0.5, np.float32(-1e9), scores)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    ctx = (p @ v).transpose(0, 2, 1, 3).reshape(b, s, h)
+    return ctx @ out_w + out_b
+
+
+def make_ort(h, num_heads, qkv_w, qkv_b, out_w, out_b, threads):
+    """ONNX Runtime: com.microsoft Attention (QKV projection inside) + MatMul + Add."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Attention", ["hidden", "qkv_w", "qkv_b", "mask"], ["ctx"], domain="com.microsoft", num_heads=num_heads),
+        helper.make_node("MatMul", ["ctx", "out_w"], ["proj"]),
+        helper.make_node("Add", ["proj", "out_b"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fused_attention_block",
+        [
+            helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", "S", h]),
+            helper.make_tensor_value_info("mask", TensorProto.INT32, ["B", "S"]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", "S", h])],
+        [numpy_helper.from_array(a, n) for a, n in [(qkv_w, "qkv_w"), (qkv_b, "qkv_b"), (out_w, "out_w"), (out_b, "out_b")]],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return lambda x, mask_i32: sess.run(["out"], {"hidden": x, "mask": mask_i32})[0]
+
+
+def make_torch_block(qkv_w, qkv_b, out_w, out_b, num_heads):
+    """PyTorch: F.linear + scaled_dot_product_attention + F.linear."""
+    import torch
+    import torch.nn.functional as F
+
+    wq, bq = torch.from_numpy(np.ascontiguousarray(qkv_w.T)), torch.from_numpy(qkv_b)
+    wo, bo = torch.from_numpy(np.ascontiguousarray(out_w.T)), torch.from_numpy(out_b)
+
+    def run(x_t, keep_t):
+        b, s, h = x_t.shape
+        d = h // num_heads
+        with torch.inference_mode():
+            qkv = F.linear(x_t, wq, bq)
+            q, k, v = (t.view(b, s, num_heads, d).transpose(1, 2) for t in qkv.split(h, dim=-1))
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=keep_t)
+            return F.linear(ctx.transpose(1, 2).reshape(b, s, h), wo, bo)
+
+    return run
+
+
+# ---------------------------------------------------------------- timing
+
+
+@dataclass
+class Result:
+    name: str
+    times: List[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float) -> Dict[str, Result]:
+    """Calls every contender once per round, in turn, after two warm-up calls each."""
+    results = {name: Result(name) for name in contenders}
+    for fn in contenders.values():
+        fn()
+        fn()
+    start = time.perf_counter()
+    for r in range(rounds):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            fn()
+            results[name].times.append(time.perf_counter() - t0)
+        if r >= 7 and time.perf_counter() - start > budget_s:
+            break
+    return results
+
+
+def fmt_us(t: float) -> str:
+    return f"{t * 1e6:,.0f}"
+
+
+class Threads:
+    """Sets the thread count of numpy's BLAS (via threadpoolctl) and torch for a block of runs."""
+
+    def __init__(self):
+        try:
+            import threadpoolctl
+
+            self.ctl = threadpoolctl.ThreadpoolController()
+        except ImportError:
+            self.ctl = None
+
+    def set(self, n: int):
+        if self.ctl is not None:
+            self.ctl.limit(limits=n, user_api="blas")
+        try:
+            import torch
+
+            torch.set_num_threads(n)
+        except ImportError:
+            pass
+
+
+def available(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+# ---------------------------------------------------------------- main benchmark
+
+
+def bench(args) -> None:
+    have_ort = available("onnxruntime") and available("onnx")
+    have_torch = available("torch")
+    threads_ctl = Threads()
+    print(f"# rlx-rules attention kernel benchmark: SIMD path {K.selected_simd()} (available {K.simd_paths()}), cores {os.cpu_count()}")
+    print(f"# numpy {np.__version__}{'' if threads_ctl.ctl else ' (threadpoolctl missing: BLAS threads not set)'}", end="")
+    if have_ort:
+        import onnxruntime
+
+        print(f", onnxruntime {onnxruntime.__version__}", end="")
+    else:
+        print(", onnxruntime: not installed (skipped)", end="")
+    if have_torch:
+        import torch
+
+        print(f", torch {torch.__version__}")
+    else:
+        print(", torch: not installed (skipped)")
+    print(f"# load average before: {os.getloadavg()}")
+    rng = np.random.default_rng(0)
+    roof = {}
+    for h, _ in MODELS:
+        wbytes = 4 * (4 * h * h + 4 * h)
+        for t in args.threads:
+            roof[(h, t)] = _native.machine_roofline(wbytes, t)
+            bw, peak = roof[(h, t)]
+            print(f"# roofline H={h} threads={t}: read bandwidth {bw / 1e9:.1f} GB/s over {wbytes / 2**20:.1f} MiB of weights, peak {peak / 1e9:.1f} GFLOP/s")
+    rows = []
+    for h, nh in MODELS:
+        qkv_w = (rng.standard_normal((h, 3 * h)) / np.sqrt(h)).astype(np.float32)
+        out_w = (rng.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
+        qkv_b = (rng.standard_normal(3 * h) * 0.1).astype(np.float32)
+        out_b = (rng.standard_normal(h) * 0.1).astype(np.float32)
+        prepared = K.FusedAttentionBlock(qkv_w, out_w, qkv_b, out_b, num_heads=nh)
+        torch_block = make_torch_block(qkv_w, qkv_b, out_w, out_b, nh) if have_torch else None
+        for t in args.threads:
+            threads_ctl.set(t)
+            ort_run = make_ort(h, nh, qkv_w, qkv_b, out_w, out_b, t) if have_ort else None
+            for b, s in SHAPES_BS:
+                x = rng.standard_normal((b, s, h), dtype=np.float32)
+                mask = np.ones((b, s), np.float32)
+                mask[0, s - s // 4 :] = 0.0  # a padded tail
+                mask_i32 = mask.astype(np.int32)
+                contenders = {
+                    "rlx prepared": lambda: prepared(x, mask, threads=t),
+                    "rlx one-shot": lambda: K.fused_attention_block(x, qkv_w, out_w, mask, qkv_b, out_b, num_heads=nh, threads=t),
+                    "numpy": lambda: numpy_block(x, qkv_w, qkv_b, out_w, out_b, mask, nh),
+                }
+                if ort_run is not None:
+                    contenders["onnxruntime"] = lambda: ort_run(x, mask_i32)
+                if torch_block is not None:
+                    import torch
+
+                    x_t, keep_t = torch.from_numpy(x), torch.from_numpy(mask >= 0.5)[:, None, None, :]
+                    contenders["torch"] = lambda: torch_block(x_t, keep_t)
+                # Same answer from everyone (a benchmark of wrong code is worthless).
+                want = numpy_block(x.astype(np.float64), qkv_w, qkv_b, out_w, out_b, mask, nh)
+                for name, fn in contenders.items():
+                    got = np.asarray(fn())
+                    err = float(np.max(np.abs(got - want)))
+                    if err > 2e-3:
+                        print(f"# WARNING {name} differs from the float64 reference by {err:.2e} at H={h} {b}x{s}")
+                res = alternate(contenders, args.rounds, args.budget)
+                bw, peak = roof[(h, t)]
+                flops = 8.0 * b * s * h * h + 4.0 * b * s * s * h
+                bound = max(4 * (4 * h * h + 4 * h) / bw, flops / peak)
+                rows.append((h, nh, b, s, t, {n: r.median for n, r in res.items()}, bound, len(res["rlx prepared"].times)))
+                print_row(rows[-1], header=len(rows) == 1)
+                sys.stdout.flush()
+    print(f"# load average after: {os.getloadavg()}")
+
+
+COLS = ["rlx prepared", "rlx one-shot", "numpy", "onnxruntime", "torch"]
+
+
+def print_row(row, header=False):
+    h, nh, b, s, t, med, bound, n = row
+    if header:
+        print("| H/heads | B×S | thr | " + " | ".join(f"{c} µs" for c in COLS) + " | best other / ours | ours / bound | bound µs | rounds |")
+        print("|" + "---|" * (len(COLS) + 7))
+    others = [med[c] for c in ("onnxruntime", "torch") if c in med]
+    ours = med["rlx prepared"]
+    speed = f"{min(others) / ours:.2f}×" if others else "n/a"
+    cells = [fmt_us(med[c]) if c in med else "–" for c in COLS]
+    print(f"| {h}/{nh} | {b}×{s} | {t} | " + " | ".join(cells) + f" | {speed} | {ours / bound:.2f} | {fmt_us(bound)} | {n} |")
+
+
+# ---------------------------------------------------------------- threshold
+
+
+def threshold(args) -> None:
+    """Times 1 against 2 threads on small blocks with the work threshold disabled."""
+    os.environ["RLX_RULES_PARALLEL_MIN_FLOPS"] = "0"
+    rng = np.random.default_rng(1)
+    print("| H/heads | B×S | MFLOP | 1 thread µs | 2 threads µs | 2 threads / 1 |")
+    print("|---|---|---|---|---|---|")
+    for h, nh in [(64, 2), (128, 2), (256, 4), (384, 6)]:
+        qkv_w = rng.standard_normal((h, 3 * h), dtype=np.float32)
+        out_w = rng.standard_normal((h, h), dtype=np.float32)
+        block = K.FusedAttentionBlock(qkv_w, out_w, num_heads=nh)
+        for b, s in [(1, 1), (1, 4), (1, 16), (1, 64)]:
+            x = rng.standard_normal((b, s, h), dtype=np.float32)
+            res = alternate({"1": lambda: block(x, threads=1), "2": lambda: block(x, threads=2)}, args.rounds * 4, args.budget)
+            mflop = (8.0 * b * s * h * h + 4.0 * b * s * s * h) / 1e6
+            r1, r2 = res["1"].median, res["2"].median
+            print(f"| {h}/{nh} | {b}×{s} | {mflop:.2f} | {r1 * 1e6:.1f} | {r2 * 1e6:.1f} | {r2 / r1:.2f} |")
+    print(f"# compiled-in threshold: {_native.PARALLEL_MIN_FLOPS / 1e6:.1f} MFLOP")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=200, help="most rounds per shape")
+    parser.add_argument("--budget", type=float, default=4.0, help="seconds per shape before stopping early (at least 8 rounds)")
+    parser.add_argument("--quick", action="store_true", help="rounds=40, budget=1 s")
+    parser.add_argument("--threshold", action="store_true", help="measure the small-work threshold instead")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.budget = 40, 1.0
+    if args.threshold:
+        threshold(args)
+    else:
+        bench(args)
+
+
+if __name__ == "__main__":
+    main()
