@@ -14,7 +14,17 @@ from .api import RuleSet, bundled_rules_dir, compile_rules, compile_text, defaul
 from .errors import ApplyError, Diagnostic, GraphError, ParamError, ProgramError, RlxRulesError, RuleError
 from .graph import Graph, Node, load_graph
 from .report import Report
-from .kernels import FusedAttentionBlock, attention, fused_attention_block
+
+# The kernels import numpy (about 60 ms); load them on first use so that `rlx-rules apply` does not pay for it.
+_KERNEL_NAMES = ("FusedAttentionBlock", "attention", "fused_attention_block")
+
+
+def __getattr__(name: str):
+    if name in _KERNEL_NAMES:
+        from . import kernels
+
+        return getattr(kernels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ApplyError", "Diagnostic", "Graph", "GraphError", "Node", "ParamError", "ProgramError", "Report",

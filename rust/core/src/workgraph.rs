@@ -46,7 +46,13 @@ impl WorkGraph {
                 consumers[j].push(i);
             }
             inputs.push(ins);
-            by_op.entry(node.op.clone()).or_default().push(i);
+            // Look up by &str first: cloning the op name for every node was a measurable cost.
+            match by_op.get_mut(node.op.as_str()) {
+                Some(list) => list.push(i),
+                None => {
+                    by_op.insert(node.op.clone(), vec![i]);
+                }
+            }
         }
         let mut output_count = vec![0u32; n];
         for id in &graph.outputs {
@@ -127,7 +133,12 @@ impl WorkGraph {
         for &j in &inputs {
             self.consumers[j].push(i);
         }
-        self.by_op.entry(node.op.clone()).or_default().push(i);
+        match self.by_op.get_mut(node.op.as_str()) {
+            Some(list) => list.push(i),
+            None => {
+                self.by_op.insert(node.op.clone(), vec![i]);
+            }
+        }
         self.sequence += 1;
         self.order_key.push((position, self.sequence));
         self.index_of.insert(node.id, i);
@@ -155,12 +166,13 @@ impl WorkGraph {
         self.index_of.insert(self.nodes[new].id, new);
     }
 
-    /// Count live nodes per op.
+    /// Count live nodes per op (from the op index, which holds every node, live or dead).
     pub fn op_counts(&self) -> std::collections::BTreeMap<String, usize> {
         let mut counts = std::collections::BTreeMap::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            if self.alive[i] {
-                *counts.entry(node.op.clone()).or_insert(0) += 1;
+        for (op, list) in &self.by_op {
+            let n = list.iter().filter(|&&i| self.alive[i]).count();
+            if n > 0 {
+                counts.insert(op.clone(), n);
             }
         }
         counts
@@ -168,10 +180,13 @@ impl WorkGraph {
 
     /// The live nodes as a Graph, in (replaced position, sequence) order.
     pub fn into_graph(self) -> Graph {
-        let mut order: Vec<usize> = (0..self.nodes.len()).filter(|&i| self.alive[i]).collect();
-        order.sort_by_key(|&i| self.order_key[i]);
-        let mut slots: Vec<Option<Node>> = self.nodes.into_iter().map(Some).collect();
-        let nodes = order.into_iter().filter_map(|i| slots[i].take()).collect();
-        Graph { name: self.name, nodes, outputs: self.outputs, extra: self.extra }
+        let WorkGraph { mut nodes, alive, order_key, name, outputs, extra, .. } = self;
+        let mut order: Vec<usize> = (0..nodes.len()).filter(|&i| alive[i]).collect();
+        // Keys are unique ((i, 0) for loaded nodes, a fresh sequence number for added ones), so an
+        // unstable sort gives the same order.
+        order.sort_unstable_by_key(|&i| order_key[i]);
+        // Move each live node out once (an empty Node left behind allocates nothing).
+        let nodes = order.into_iter().map(|i| std::mem::replace(&mut nodes[i], Node::new(0, String::new()))).collect();
+        Graph { name, nodes, outputs, extra }
     }
 }

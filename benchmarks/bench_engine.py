@@ -1,0 +1,184 @@
+"""Rule-engine benchmark (issue 2 §7): the bundled rules on BERT graphs of 10..1,000 layers, against hand-written Python and Rust passes.
+
+    python benchmarks/bench_engine.py             # full run: layers 10 30 100 300 1000, 7 repeats
+    python benchmarks/bench_engine.py --quick     # smoke run: layers 10 100, 2 repeats
+    python benchmarks/bench_engine.py --markdown  # also print the tables as Markdown (for BENCHMARKS.md)
+
+Contenders, each run on the same graph.json, alternating within every repeat (order rotated):
+  cli      `rlx-rules apply IN -o OUT -q`, whole process (Python start, rule compile, Rust load/apply/write)
+  api      in-process Python API: Graph.load + rules.apply + write (rules compiled once, before timing)
+  py       benchmarks/seed_pass_python.py, whole process (json.load, dict passes, json.dumps)
+  rs_hand  seed-pass-rust handwritten, whole process (serde load, hand-written passes, write)
+  rs_eng   seed-pass-rust engine, whole process (rlx_rules_core: load + validate, apply, write)
+Every output must agree with every other (same op counts and the same nodes), or the script fails.
+Timings are medians (min in the JSON results); nothing here is a pass/fail test of speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "out"
+BIN = ROOT / "target" / "release" / "seed-pass-rust"
+CONTENDERS = ["cli", "api", "py", "rs_hand", "rs_eng"]
+
+
+def sh(cmd: list[str], env=None) -> tuple[float, str]:
+    """Run a command; return (wall ms, stdout). Fails loudly on a non-zero exit."""
+    t = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ms = (time.perf_counter() - t) * 1e3
+    if p.returncode != 0:
+        raise SystemExit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
+    return ms, p.stdout
+
+
+def canonical(path: Path) -> tuple[dict, list]:
+    doc = json.loads(path.read_text())
+    counts = collections.Counter(n["op"] for n in doc["nodes"])
+    return dict(sorted(counts.items())), sorted((json.dumps(n, sort_keys=True) for n in doc["nodes"]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 10 and 100 layers, 2 repeats")
+    ap.add_argument("--layers", type=int, nargs="+", default=None)
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--markdown", action="store_true", help="also print Markdown tables")
+    ap.add_argument("--no-build", action="store_true", help="skip cargo build --release -p seed-pass-rust")
+    args = ap.parse_args()
+    layers = args.layers or ([10, 100] if args.quick else [10, 30, 100, 300, 1000])
+    repeats = args.repeats or (2 if args.quick else 7)
+
+    import rlx_rules
+    from rlx_rules.examples import bert_encoder
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    rules = rlx_rules.load_rules()
+    program = OUT / "program.json"
+    program.write_text(json.dumps(rules.program))
+    if not args.no_build:
+        print("building: cargo build --release -p seed-pass-rust", file=sys.stderr)
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "seed-pass-rust"], cwd=ROOT, check=True)
+    cli = shutil.which("rlx-rules")
+    cli_cmd = [cli] if cli else [sys.executable, "-m", "rlx_rules.cli"]
+    env = dict(os.environ)
+    env.pop("RLX_FUSE_ATTN_THRESHOLD", None)  # the default (64) for every contender
+
+    def in_process(src: Path, dst: Path) -> dict:
+        t0 = time.perf_counter()
+        g = rlx_rules.Graph.load(str(src))
+        t1 = time.perf_counter()
+        fused, _report = rules.apply(g)
+        t2 = time.perf_counter()
+        fused.write(str(dst))
+        t3 = time.perf_counter()
+        return {"load_ms": (t1 - t0) * 1e3, "pass_ms": (t2 - t1) * 1e3, "write_ms": (t3 - t2) * 1e3}
+
+    results = []
+    for n_layers in layers:
+        src = OUT / f"bert_{n_layers}.json"
+        src.write_text(json.dumps(bert_encoder(n_layers)))
+        nodes = len(json.loads(src.read_text())["nodes"])
+        outs = {c: OUT / f"bert_{n_layers}.{c}.json" for c in CONTENDERS}
+        cmds = {
+            "cli": cli_cmd + ["apply", str(src), "-o", str(outs["cli"]), "-q"],
+            "py": [sys.executable, str(ROOT / "benchmarks" / "seed_pass_python.py"), str(src), str(outs["py"])],
+            "rs_hand": [str(BIN), "handwritten", str(src), str(outs["rs_hand"])],
+            "rs_eng": [str(BIN), "engine", str(program), str(src), str(outs["rs_eng"])],
+        }
+        wall: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+        inner: dict[str, list[dict]] = {c: [] for c in CONTENDERS}
+        # One warm-up round (page cache, lazy imports), then `repeats` rounds, rotating who goes first.
+        for r in range(repeats + 1):
+            order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[: r % len(CONTENDERS)]
+            for c in order:
+                if c == "api":
+                    t = time.perf_counter()
+                    phases = in_process(src, outs["api"])
+                    ms = (time.perf_counter() - t) * 1e3
+                else:
+                    ms, stdout = sh(cmds[c], env)
+                    phases = json.loads(stdout) if c != "cli" else {}
+                if r > 0:
+                    wall[c].append(ms)
+                    inner[c].append(phases)
+        # Every contender must produce the same graph.
+        ref_counts, ref_nodes = canonical(outs["rs_eng"])
+        for c in CONTENDERS:
+            counts, node_list = canonical(outs[c])
+            if counts != ref_counts:
+                raise SystemExit(f"MISMATCH at {n_layers} layers: {c} op counts {counts} != rs_eng {ref_counts}")
+            if node_list != ref_nodes:
+                raise SystemExit(f"MISMATCH at {n_layers} layers: {c} nodes differ from rs_eng's (same op counts)")
+
+        def med(c, key=None):
+            xs = wall[c] if key is None else [p[key] for p in inner[c]]
+            return statistics.median(xs)
+
+        row = {
+            "layers": n_layers, "nodes": nodes, "nodes_after": sum(ref_counts.values()), "ops_after": ref_counts,
+            "wall_ms": {c: med(c) for c in CONTENDERS},
+            "wall_min_ms": {c: min(wall[c]) for c in CONTENDERS},
+            "inner_ms": {c: {k: med(c, k) for k in ("load_ms", "pass_ms", "write_ms")}
+                         for c in ("api", "py", "rs_hand", "rs_eng")},
+        }
+        row["ratio_pass_eng_vs_hand"] = row["inner_ms"]["rs_eng"]["pass_ms"] / row["inner_ms"]["rs_hand"]["pass_ms"]
+        row["ratio_e2e_eng_vs_hand"] = row["wall_ms"]["rs_eng"] / row["wall_ms"]["rs_hand"]
+        row["ratio_cli_vs_py"] = row["wall_ms"]["cli"] / row["wall_ms"]["py"]
+        results.append(row)
+        print(f"{n_layers:5d} layers {nodes:6d} nodes: " + "  ".join(f"{c} {row['wall_ms'][c]:7.1f}" for c in CONTENDERS)
+              + " ms", file=sys.stderr)
+
+    (OUT / "results.json").write_text(json.dumps({"repeats": repeats, "results": results}, indent=1))
+    print_tables(results, repeats, markdown=args.markdown)
+    return 0
+
+
+def print_tables(results: list[dict], repeats: int, markdown: bool) -> None:
+    head1 = ["layers", "nodes", "cli ms", "api ms", "py ms", "rs_hand ms", "rs_eng ms",
+             "eng/hand pass", "eng/hand e2e", "cli/py"]
+    rows1 = [[r["layers"], r["nodes"]] + [f"{r['wall_ms'][c]:.1f}" for c in CONTENDERS]
+             + [f"{r['ratio_pass_eng_vs_hand']:.2f}x", f"{r['ratio_e2e_eng_vs_hand']:.2f}x", f"{r['ratio_cli_vs_py']:.2f}x"]
+             for r in results]
+    head2 = ["layers", "nodes"] + [f"{c} µs/node" for c in CONTENDERS] + ["rs_hand pass µs/node", "rs_eng pass µs/node"]
+    rows2 = [[r["layers"], r["nodes"]] + [f"{r['wall_ms'][c] * 1e3 / r['nodes']:.2f}" for c in CONTENDERS]
+             + [f"{r['inner_ms'][c]['pass_ms'] * 1e3 / r['nodes']:.3f}" for c in ("rs_hand", "rs_eng")] for r in results]
+    head3 = ["layers", "contender", "load ms", "pass ms", "write ms"]
+    rows3 = [[r["layers"], c] + [f"{r['inner_ms'][c][k]:.1f}" for k in ("load_ms", "pass_ms", "write_ms")]
+             for r in results for c in ("api", "py", "rs_hand", "rs_eng")]
+    print(f"\nWall time per contender, median of {repeats} (whole process except api):")
+    table(head1, rows1, markdown)
+    print("\nPer node (wall, and in-process pass only):")
+    table(head2, rows2, markdown)
+    print("\nInternal phases (medians, ms):")
+    table(head3, rows3, markdown)
+
+
+def table(head: list[str], rows: list[list], markdown: bool) -> None:
+    cells = [head] + [[str(x) for x in r] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head))]
+    for k, c in enumerate(cells):
+        print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+    if markdown:
+        print()
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---:" for _ in head) + "|")
+        for r in rows:
+            print("| " + " | ".join(str(x) for x in r) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
