@@ -1,19 +1,31 @@
-//! Threading for the kernels: thread-count resolution (`threads=`, `RLX_RULES_THREADS`, core count), one cached rayon pool per count, and the small-work threshold below which a call stays on the calling thread.
+//! Threading for the kernels: thread-count resolution (`threads=`, `RLX_RULES_THREADS`, core count), one cached fork-join pool per count whose workers spin briefly between phases, and the small-work threshold below which a call stays on the calling thread.
+//!
+//! Why not rayon: a fused block is four short parallel phases (QKV projection, RoPE, attention,
+//! output projection) of 50–500 µs each at the sizes that matter. With rayon every phase wakes
+//! sleeping workers (tens of µs on a VM) and the call itself hops onto a pool thread. Here the
+//! calling thread takes part as worker 0, the other workers spin for [`SPIN`] after each phase
+//! (so the next phase of the same call, or the next call, finds them awake) and only then park.
 
-use rayon::prelude::*;
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 /// Environment variable giving the default thread count.
 pub const THREADS_ENV: &str = "RLX_RULES_THREADS";
 
 /// Below this many floating-point operations a call runs on the calling thread: waking the pool
 /// costs more than it saves. Measured with `benchmarks/bench_attention.py --threshold` (see
-/// docs/kernels.md): on the 2-core reference machine two threads start to win at about 2 MFLOP.
+/// BENCHMARKS.md).
 pub const PARALLEL_MIN_FLOPS: f64 = 2.0e6;
 
 /// Environment variable overriding [`PARALLEL_MIN_FLOPS`] (for measuring it; `0` always wakes the pool).
 pub const PARALLEL_MIN_FLOPS_ENV: &str = "RLX_RULES_PARALLEL_MIN_FLOPS";
+
+/// How long a worker spins for the next phase before it parks.
+const SPIN: Duration = Duration::from_micros(100);
 
 /// The small-work threshold in force: `RLX_RULES_PARALLEL_MIN_FLOPS`, else [`PARALLEL_MIN_FLOPS`].
 pub fn parallel_min_flops() -> f64 {
@@ -32,52 +44,221 @@ pub fn resolve_threads(requested: Option<usize>) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The dedicated pool for `threads` workers, built on first use and kept for the process.
-fn pool(threads: usize) -> Arc<rayon::ThreadPool> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut pools = pools.lock().unwrap_or_else(|e| e.into_inner());
-    pools
-        .entry(threads)
-        .or_insert_with(|| {
-            Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(move |i| format!("rlx-kernels-{threads}-{i}"))
-                    .build()
-                    .expect("failed to start the kernel thread pool"),
-            )
-        })
-        .clone()
+/// The task function of the phase in flight, lifetime erased (see [`Pool::run`]).
+#[derive(Clone, Copy)]
+struct Job {
+    f: *const (dyn Fn(usize) + Sync),
+    n: usize,
 }
 
-/// How one call runs its loops: on the calling thread, or over a pool of `threads`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Par {
-    pub threads: usize,
-    pub parallel: bool,
+/// A fork-join pool of `workers` threads plus the calling thread.
+struct Pool {
+    workers: usize,
+    /// Held by the call using the pool; a concurrent call runs serially instead.
+    busy: Mutex<()>,
+    /// Bumped to publish a phase.
+    epoch: AtomicUsize,
+    job: UnsafeCell<Job>,
+    next_task: AtomicUsize,
+    /// Workers that finished the current phase.
+    checked_in: AtomicUsize,
+    panicked: AtomicBool,
+    sleepers: AtomicUsize,
+    park: Mutex<()>,
+    wake: Condvar,
 }
 
-impl Par {
-    pub const SERIAL: Par = Par { threads: 1, parallel: false };
+// SAFETY: `job` is written only by the caller holding `busy`, before the epoch is published
+// (SeqCst), and read by workers after they observe that epoch; the caller does not return (so the
+// closure stays alive) until every worker has checked in for the epoch.
+unsafe impl Sync for Pool {}
+unsafe impl Send for Pool {}
 
-    /// Runs `body` with a `Par` for `threads`, inside the pool when the work (in flops) is large
-    /// enough to be worth it, else directly on the calling thread.
-    pub fn run<R: Send>(threads: usize, flops: f64, body: impl FnOnce(Par) -> R + Send) -> R {
-        if threads <= 1 || flops < parallel_min_flops() {
-            body(Par::SERIAL)
-        } else {
-            let par = Par { threads, parallel: true };
-            pool(threads).install(|| body(par))
+fn noop(_: usize) {}
+
+impl Pool {
+    fn start(threads: usize) -> &'static Pool {
+        let noop_ref: &'static (dyn Fn(usize) + Sync) = &noop;
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            workers: threads - 1,
+            busy: Mutex::new(()),
+            epoch: AtomicUsize::new(0),
+            job: UnsafeCell::new(Job { f: noop_ref as *const _, n: 0 }),
+            next_task: AtomicUsize::new(0),
+            checked_in: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            park: Mutex::new(()),
+            wake: Condvar::new(),
+        }));
+        for i in 1..threads {
+            std::thread::Builder::new()
+                .name(format!("rlx-kernels-{threads}-{i}"))
+                .spawn(move || pool.worker())
+                .expect("failed to start a kernel worker thread");
+        }
+        pool
+    }
+
+    fn worker(&self) {
+        let mut seen = 0usize;
+        loop {
+            // Wait for a new phase: spin, then park.
+            let start = Instant::now();
+            let mut spins = 0u32;
+            while self.epoch.load(Ordering::SeqCst) == seen {
+                std::hint::spin_loop();
+                spins += 1;
+                if spins % 64 == 0 && start.elapsed() > SPIN {
+                    let guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
+                    self.sleepers.fetch_add(1, Ordering::SeqCst);
+                    let mut guard = guard;
+                    while self.epoch.load(Ordering::SeqCst) == seen {
+                        guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+                    }
+                    self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                    break;
+                }
+            }
+            seen = self.epoch.load(Ordering::SeqCst);
+            // SAFETY: see `unsafe impl Sync for Pool`.
+            let job = unsafe { *self.job.get() };
+            self.drain(job);
+            self.checked_in.fetch_add(1, Ordering::SeqCst);
         }
     }
 
-    /// Calls `f(i)` for every `i` in `0..n`, in parallel when this call is parallel.
-    pub fn for_each(&self, n: usize, f: impl Fn(usize) + Send + Sync) {
-        if self.parallel && n > 1 {
-            (0..n).into_par_iter().for_each(f);
-        } else {
-            (0..n).for_each(f);
+    /// Runs tasks of `job` until none is left.
+    fn drain(&self, job: Job) {
+        loop {
+            let i = self.next_task.fetch_add(1, Ordering::Relaxed);
+            if i >= job.n {
+                return;
+            }
+            // SAFETY: the closure outlives the phase (the caller waits for every check-in).
+            let f = unsafe { &*job.f };
+            if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+                self.panicked.store(true, Ordering::SeqCst);
+            }
         }
+    }
+
+    /// Runs `f(0..n)` over the caller and the workers; returns when all tasks are done and every
+    /// worker has left the phase.
+    fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        // SAFETY: erases the lifetime of `f`; it is only used until this function returns (below
+        // we wait for every worker to check in).
+        let f_static: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(f) };
+        unsafe { *self.job.get() = Job { f: f_static, n } };
+        self.next_task.store(0, Ordering::SeqCst);
+        self.checked_in.store(0, Ordering::SeqCst);
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_all();
+        }
+        self.drain(Job { f: f_static, n });
+        let mut spins = 0u32;
+        while self.checked_in.load(Ordering::SeqCst) < self.workers {
+            std::hint::spin_loop();
+            spins += 1;
+            if spins > 4096 {
+                std::thread::yield_now();
+            }
+        }
+        if self.panicked.swap(false, Ordering::SeqCst) {
+            panic!("a kernel task panicked");
+        }
+    }
+}
+
+/// The pool for `threads` threads (caller included), started on first use and kept.
+fn pool(threads: usize) -> &'static Pool {
+    static POOLS: OnceLock<Mutex<HashMap<usize, &'static Pool>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut pools = pools.lock().unwrap_or_else(|e| e.into_inner());
+    pools.entry(threads).or_insert_with(|| Pool::start(threads))
+}
+
+/// How one call runs its loops: on the calling thread, or over a pool.
+#[derive(Clone, Copy)]
+pub(crate) struct Par {
+    pub threads: usize,
+    pub parallel: bool,
+    pool: Option<&'static Pool>,
+}
+
+impl Par {
+    pub const SERIAL: Par = Par { threads: 1, parallel: false, pool: None };
+
+    /// Runs `body` with a `Par` for `threads`, over the pool when the work (in flops) is large
+    /// enough to be worth it and the pool is free, else directly on the calling thread.
+    pub fn run<R>(threads: usize, flops: f64, body: impl FnOnce(Par) -> R) -> R {
+        if threads <= 1 || flops < parallel_min_flops() {
+            return body(Par::SERIAL);
+        }
+        let pool = pool(threads);
+        let _guard: MutexGuard<'_, ()> = match pool.busy.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            // Another thread is using this pool: run this call serially rather than queue.
+            Err(TryLockError::WouldBlock) => return body(Par::SERIAL),
+        };
+        body(Par { threads, parallel: true, pool: Some(pool) })
+    }
+
+    /// Calls `f(i)` for every `i` in `0..n`, in parallel when this call is parallel.
+    pub fn for_each(&self, n: usize, f: impl Fn(usize) + Sync) {
+        match self.pool {
+            Some(pool) if n > 1 => pool.run(n, &f),
+            _ => (0..n).for_each(f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_pool_runs_every_task_once() {
+        for threads in [2, 3] {
+            Par::run(threads, f64::INFINITY, |par| {
+                assert!(par.parallel);
+                for n in [0usize, 1, 2, 7, 1000] {
+                    let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                    par.for_each(n, |i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn kernels_pool_survives_a_panicking_task() {
+        let result = catch_unwind(|| {
+            Par::run(2, f64::INFINITY, |par| {
+                par.for_each(8, |i| {
+                    if i == 5 {
+                        panic!("boom");
+                    }
+                })
+            })
+        });
+        assert!(result.is_err());
+        // The pool still works afterwards.
+        let count = AtomicUsize::new(0);
+        Par::run(2, f64::INFINITY, |par| par.for_each(16, |_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        }));
+        assert_eq!(count.load(Ordering::Relaxed), 16);
+    }
+
+    #[test]
+    fn kernels_small_work_stays_serial() {
+        Par::run(2, 10.0, |par| assert!(!par.parallel));
+        Par::run(1, f64::INFINITY, |par| assert!(!par.parallel));
     }
 }
