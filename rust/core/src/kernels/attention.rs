@@ -77,6 +77,8 @@ struct ItemScratch {
     acc: Vec<f32>,
     row_max: Vec<f32>,
     row_sum: Vec<f32>,
+    block_keep: Vec<f32>,
+    block_pad: Vec<f32>,
 }
 
 thread_local! {
@@ -162,6 +164,8 @@ impl Item<'_> {
         grow(&mut scratch.acc, BQ * d_pad);
         grow(&mut scratch.row_max, BQ);
         grow(&mut scratch.row_sum, BQ);
+        grow(&mut scratch.block_keep, BC_MAX);
+        grow(&mut scratch.block_pad, BC_MAX);
         let item = *self;
         let scratch: *mut ItemScratch = scratch;
         dispatch!(isa, |S| (item: Item<'_>, scratch: *mut ItemScratch) {
@@ -221,17 +225,21 @@ impl Item<'_> {
                 }
                 r += take;
             }
+            // Per block: keep flags (1 keep, 0 masked) and validity (0 valid key, 1 padding), so
+            // the row loop masks with vector selects.
+            for j in 0..bc {
+                sc.block_keep[j] = match keep {
+                    Some(keep) if j < nk => keep[k0 + j],
+                    _ => 1.0,
+                };
+                sc.block_pad[j] = if j < nk { 0.0 } else { 1.0 };
+            }
+            let (kp, pp) = (sc.block_keep.as_ptr(), sc.block_pad.as_ptr());
+            let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
             // Masks, padding, then the online-softmax update of every row.
             for r in 0..rows {
                 let srow = &mut sc.scores[r * bc..(r + 1) * bc];
-                if let Some(keep) = keep {
-                    for (j, s) in srow[..nk].iter_mut().enumerate() {
-                        if keep[k0 + j] < 0.5 {
-                            *s = MASKED_SCORE;
-                        }
-                    }
-                }
-                if causal {
+                if causal && k0 + nk > self.q0 + r + 1 {
                     let qpos = self.q0 + r;
                     for (j, s) in srow[..nk].iter_mut().enumerate() {
                         if k0 + j > qpos {
@@ -239,11 +247,18 @@ impl Item<'_> {
                         }
                     }
                 }
-                srow[nk..].fill(f32::NEG_INFINITY);
                 let sp = srow.as_mut_ptr();
-                let mut vmax = S::load(sp);
-                for c in 1..4 {
-                    vmax = S::max(vmax, S::load(sp.add(c * lanes)));
+                let mut vmax = neg_inf;
+                for c in 0..4 {
+                    let mut x = S::load(sp.add(c * lanes));
+                    if keep.is_some() {
+                        x = S::select_lt(S::load(kp.add(c * lanes)), half, masked, x);
+                    }
+                    if nk < bc {
+                        x = S::select_lt(S::load(pp.add(c * lanes)), half, x, neg_inf);
+                    }
+                    S::store(sp.add(c * lanes), x);
+                    vmax = S::max(vmax, x);
                 }
                 let old_max = sc.row_max[r];
                 let new_max = max_keep_nan(old_max, S::hmax(vmax));
