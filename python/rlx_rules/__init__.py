@@ -24,10 +24,14 @@ def __getattr__(name: str):
         from . import kernels
 
         return getattr(kernels, name)
+    if name == "run":  # the reference interpreter (numpy too): also loaded on first use
+        from .interpret import run
+
+        return run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ApplyError", "Diagnostic", "Graph", "GraphError", "Node", "ParamError", "ProgramError", "Report",
     "RlxRulesError", "RuleError", "RuleSet", "__version__", "bundled_rules_dir", "compile_rules", "compile_text",
-    "default_rules", "examples", "load_graph", "load_rules",
+    "default_rules", "examples", "load_graph", "load_rules", "run",
 ]

@@ -34,9 +34,10 @@ class Node:
 class Graph:
     """A validated graph. Nodes are in topological order. Immutable: rewrites return a new Graph."""
 
-    def __init__(self, native: "_native.Graph"):
+    def __init__(self, native: "_native.Graph", source_path: Optional[str] = None):
         self._native = native
         self._nodes: Optional[list[Node]] = None
+        self.source_path = source_path  # the file it was loaded from (relative "weights" resolve against it)
 
     @classmethod
     def from_json(cls, text: Union[str, bytes]) -> "Graph":
@@ -50,7 +51,7 @@ class Graph:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "Graph":
-        return cls(_native.Graph.load(os.fspath(path)))
+        return cls(_native.Graph.load(os.fspath(path)), source_path=os.fspath(path))
 
     def to_json(self, pretty: bool = False) -> str:
         return self._native.to_json(pretty)
