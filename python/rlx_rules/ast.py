@@ -141,12 +141,22 @@ PatArg = Union[PatRef, OpPattern]
 
 
 @dataclass(frozen=True)
+class GroupSpec:
+    """`group name[lo..hi] = Pattern sharing a, b`: every node matching the pattern with the shared operands."""
+
+    min: int
+    max: int
+    sharing: tuple[tuple[str, Loc], ...]
+
+
+@dataclass(frozen=True)
 class Binding:
-    """`name = OpPattern` inside `match { }`."""
+    """`name = OpPattern` inside `match { }`, or a group binding when `group` is set."""
 
     name: str
     pattern: OpPattern
     loc: Loc
+    group: Optional[GroupSpec] = None
 
 
 # ---- rule body ----
@@ -176,7 +186,7 @@ class NewNode:
     """`Op(input, ...) { attr: expr } shape expr dtype expr` on the right of a rewrite."""
 
     op: str
-    inputs: tuple[tuple[str, Loc], ...]
+    inputs: tuple[tuple[str, Loc, bool], ...]  # (name, loc, spread): `w...` spreads a group's per-member values
     attrs: tuple[tuple[str, Expr, Loc], ...]
     shape: Optional[Expr]
     dtype: Optional[Expr]
@@ -185,12 +195,14 @@ class NewNode:
 
 @dataclass(frozen=True)
 class RewriteItem:
-    """`name = NewNode` (a new helper node) or `root => NewNode` (replaces a matched root)."""
+    """`name = NewNode` (a new helper node), `root => NewNode` (replaces a matched root), or
+    `each group => NewNode` (one new node per group member, each replacing its member)."""
 
     name: str
     node: NewNode
     replaces: bool
     loc: Loc
+    each: bool = False
 
 
 @dataclass(frozen=True)

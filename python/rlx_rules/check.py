@@ -63,10 +63,21 @@ BUILTINS: dict[str, tuple[tuple[str, ...], bool, Type]] = {
     "dtype": (("node",), False, Type("str", nullable=True)),
     "input_count": (("node",), False, INT),
     "len": (("list",), False, INT),
+    "replace_dim": (("list", "int", "int"), False, LIST),
+    # aggregates over the members of a group (see docs/language.md, "Groups")
+    "count": (("group",), False, INT),
+    "all": (("bool",), False, BOOL),
+    "any": (("bool",), False, BOOL),
+    "sum": (("num",), False, INT),
+    "first": (("value",), False, ANY),
+    "prefix_sum": (("num",), False, INT),
     "min": (("num", "num"), False, INT),
     "max": (("num", "num"), False, INT),
     "abs": (("num",), False, INT),
 }
+
+
+AGGREGATES = {"count", "all", "any", "sum", "first", "prefix_sum"}
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:
@@ -99,6 +110,8 @@ class RuleScope:
     roots: list[str] = field(default_factory=list)
     rewrite: Optional[ast.Rewrite] = None
     phase: str = DEFAULT_PHASE
+    group: Optional[ast.Binding] = None  # the group binding, if the rule has one
+    members: set[str] = field(default_factory=set)  # per-member names of the group (the group name included)
 
 
 @dataclass
@@ -118,6 +131,7 @@ class _Checker:
         self.warnings: list[Diagnostic] = []
         self.params: dict[str, ast.Param] = {}
         self.gates: dict[str, ast.Gate] = {}
+        self.group_name: Optional[str] = None  # of the rule being checked
 
     def error(self, loc: Optional[ast.Loc], message: str) -> None:
         self.errors.append(Diagnostic(loc, message, "error", self._line(loc)))
@@ -281,10 +295,16 @@ class _Checker:
                 self.error(arg.loc, f"{expr.fn}() needs a number here, not a {t}")
             elif kind == "list" and t.kind not in ("list", "any"):
                 self.error(arg.loc, f"{expr.fn}() needs a list here, not a {t}")
-            elif kind == "value" and t.kind == "node":
+            elif kind == "value" and t.kind == "node" and expr.fn != "first":
                 self.error(arg.loc, f"{expr.fn}() takes dims or shapes, not a node (write shape(x))")
-        if expr.fn in ("min", "max", "abs") and any(self.type_of(a, names, depth).kind == "float" for a in expr.args):
+            elif kind == "bool" and t.kind not in ("bool", "any"):
+                self.error(arg.loc, f"{expr.fn}() needs a condition, not a {t}")
+            elif kind == "group" and not (isinstance(arg, ast.Name) and arg.id == self.group_name):
+                self.error(arg.loc, f"{expr.fn}() takes the name of the rule's group")
+        if expr.fn in ("min", "max", "abs", "sum") and any(self.type_of(a, names, depth).kind == "float" for a in expr.args):
             return FLOAT
+        if expr.fn == "first" and expr.args:
+            return self.type_of(expr.args[0], names, depth)
         return result
 
     # ---- top level ----
@@ -329,6 +349,7 @@ class _Checker:
 
     def check_rule(self, rule: ast.Rule, phases: set[str]) -> RuleScope:
         scope = RuleScope(rule)
+        self.group_name = None
         if rule.phase is not None:
             scope.phase = rule.phase
             if rule.phase not in phases:
@@ -349,6 +370,8 @@ class _Checker:
         for w in rule.wheres:
             self._count_names(w.cond, uses)
             self._expect(self.type_of(w.cond, names), BOOL, w.cond.loc, "'where'")
+            self._check_member_use(w.cond, scope, "a where clause")
+            self._check_no_prefix_sum(w.cond, "a where clause")
         self._check_rewrite(rule, scope, names, uses)
         for keep in rule.keeps:
             for name, loc in keep.names:
@@ -404,9 +427,60 @@ class _Checker:
         for b in bound.values():
             scope.slots[b.name] = Slot(b.name, b.pattern, b.loc)
         for b in bound.values():
-            walk(b.pattern)
+            if b.group is None:
+                walk(b.pattern)
+        groups = [b for b in bound.values() if b.group is not None]
+        if groups:
+            self._collect_group(groups, bound, scope, walk)
         if len(scope.slots) > MAX_PATTERN_NODES:
             self.error(rule.loc, f"pattern has {len(scope.slots)} nodes, more than the limit of {MAX_PATTERN_NODES}")
+
+    def _collect_group(self, groups, bound, scope: RuleScope, walk) -> None:
+        """A group's pattern names are per member, except the `sharing` names, which all members share."""
+        g = groups[0]
+        for extra in groups[1:]:
+            self.error(extra.loc, "a rule may have one group")
+        others = [b for b in bound.values() if b.group is None]
+        for b in others:
+            self.error(b.loc, f"{b.name!r}: a rule with a group may bind nothing else yet")
+        spec = g.group
+        if not 1 <= spec.min <= spec.max:
+            self.error(g.loc, f"group size {spec.min}..{spec.max} needs 1 <= min <= max")
+        direct = {a.name for a in g.pattern.args if isinstance(a, ast.PatRef)}
+        sharing = set()
+        for name, loc in spec.sharing:
+            if name not in direct:
+                self.error(loc, f"shared name {name!r} must be an operand of the group pattern")
+            sharing.add(name)
+        before = set(scope.slots)
+        walk(g.pattern)
+        scope.group = g
+        scope.members = {g.name} | {n for n in scope.slots if n not in before and n not in sharing}
+        self.group_name = g.name
+
+    def _member_names_outside_aggregates(self, expr: ast.Expr, scope: RuleScope) -> list[ast.Name]:
+        """Per-member names used where no member is selected (outside all/any/sum/first/prefix_sum/count)."""
+        found, stack, seen_lets = [], [expr], set()
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ast.Call) and e.fn in AGGREGATES:
+                continue
+            if isinstance(e, ast.Name):
+                if e.id in scope.members:
+                    found.append(e)
+                elif e.id in scope.lets and e.id not in seen_lets:
+                    seen_lets.add(e.id)
+                    stack.append(scope.lets[e.id].value)
+                continue
+            stack.extend(_children(e))
+        return found
+
+    def _check_member_use(self, expr: ast.Expr, scope: RuleScope, where: str) -> None:
+        if not scope.members:
+            return
+        for name in self._member_names_outside_aggregates(expr, scope):
+            self.error(name.loc, f"{name.id!r} is per member of group {scope.group.name!r}; in {where}, use it "
+                                 "inside all(), any(), sum(), first() or prefix_sum()")
 
     def _check_lets(self, rule: ast.Rule, scope: RuleScope, names: dict[str, Type], uses: dict[str, int]) -> None:
         for let in rule.lets:
@@ -464,7 +538,17 @@ class _Checker:
         rewrite = scope.rewrite = rule.rewrites[0]
         made: dict[str, ast.RewriteItem] = {}
         for item in rewrite.items:
-            if item.replaces:
+            if item.each:
+                if scope.group is None or item.name != scope.group.name:
+                    self.error(item.loc, f"'each {item.name} =>' needs {item.name!r} to be the rule's group")
+                elif item.name in scope.roots:
+                    self.error(item.loc, f"rewrite replaces {item.name!r} twice")
+                else:
+                    scope.roots.append(item.name)
+                uses[item.name] = uses.get(item.name, 0) + 1
+            elif item.replaces and scope.group is not None:
+                self.error(item.loc, f"a rule with a group replaces its members: write 'each {scope.group.name} => ...'")
+            elif item.replaces:
                 slot = scope.slots.get(item.name)
                 if slot is None or slot.is_leaf:
                     self.error(item.loc, f"rewrite replaces {item.name!r}, which is not a bound op pattern")
@@ -487,10 +571,20 @@ class _Checker:
                         uses: dict[str, int], made: dict[str, ast.RewriteItem]) -> None:
         node = item.node
         spec = self.op_spec(node.op, node.loc)
-        if spec is not None and not spec.accepts_arity(len(node.inputs)):
+        spreads = sum(1 for _, _, spread in node.inputs if spread)
+        fixed = len(node.inputs) - spreads
+        if spec is not None and scope.group is not None and spreads:
+            lo, hi = fixed + spreads * scope.group.group.min, fixed + spreads * scope.group.group.max
+            if not (spec.accepts_arity(lo) and spec.accepts_arity(hi)):
+                self.error(node.loc, f"{node.op} takes {spec.describe_arity()} inputs, the rewrite gives {lo} to {hi}")
+        elif spec is not None and not spec.accepts_arity(len(node.inputs)):
             self.error(node.loc, f"{node.op} takes {spec.describe_arity()} inputs, the rewrite gives {len(node.inputs)}")
-        for name, loc in node.inputs:
+        for name, loc, spread in node.inputs:
             uses[name] = uses.get(name, 0) + 1
+            if spread and name not in scope.members:
+                self.error(loc, f"'{name}...' spreads a group's per-member values, but {name!r} is not per member")
+            elif not spread and not item.each and name in scope.members:
+                self.error(loc, f"{name!r} is per member; write '{name}...' for every member's, or use an each-rewrite")
             if name in made:
                 continue
             if name == "_":
@@ -512,6 +606,9 @@ class _Checker:
                 self.error(loc, f"op {node.op} has no attribute {attr!r}{suggest(attr, spec.attrs)}")
                 self.type_of(value, names)
                 continue
+            if not item.each:
+                self._check_member_use(value, scope, "a node that is not an each-rewrite")
+                self._check_no_prefix_sum(value, "a node that is not an each-rewrite")
             want = attr_type(spec.attrs[attr])
             got = self.type_of(value, names, enum=want.enum)
             if not _assignable(want, got):
@@ -520,6 +617,9 @@ class _Checker:
             for attr, aspec in spec.attrs.items():
                 if attr not in seen and not aspec.optional:
                     self.error(node.loc, f"rewrite to {node.op} is missing attribute {attr!r} ({aspec.describe()})")
+        for extra in (node.shape, node.dtype):
+            if extra is not None and not item.each:
+                self._check_member_use(extra, scope, "a node that is not an each-rewrite")
         if node.shape is not None:
             self._count_names(node.shape, uses)
             t = self.type_of(node.shape, names)
@@ -560,6 +660,14 @@ class _Checker:
                 self.error(s.loc, f"{name!r} does not feed the root {root!r}; every op pattern must be an input, "
                                   "directly or not, of the node that the rewrite replaces")
 
+    def _check_no_prefix_sum(self, expr: ast.Expr, where: str) -> None:
+        stack = [expr]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, ast.Call) and e.fn == "prefix_sum":
+                self.error(e.loc, f"prefix_sum() needs a selected member; it is allowed in an each-rewrite, not in {where}")
+            stack.extend(_children(e))
+
     def _count_names(self, expr: ast.Expr, uses: dict[str, int]) -> None:
         for name in _free_names(expr):
             uses[name] = uses.get(name, 0) + 1
@@ -572,27 +680,31 @@ def pattern_children(scope: RuleScope) -> dict[str, list[str]]:
             for name, s in scope.slots.items() if s.pattern is not None}
 
 
+def _children(e: ast.Expr) -> list[ast.Expr]:
+    if isinstance(e, ast.GetAttr):
+        return [e.obj]
+    if isinstance(e, ast.Call):
+        return list(e.args)
+    if isinstance(e, ast.BinOp):
+        return [e.left, e.right]
+    if isinstance(e, ast.UnaryOp):
+        return [e.operand]
+    if isinstance(e, ast.InSet):
+        return [e.value, *e.items]
+    if isinstance(e, (ast.IsNull,)):
+        return [e.value]
+    if isinstance(e, ast.ListExpr):
+        return list(e.items)
+    return []
+
+
 def _free_names(expr: ast.Expr) -> list[str]:
     out, stack = [], [expr]
     while stack:
         e = stack.pop()
         if isinstance(e, ast.Name):
             out.append(e.id)
-        elif isinstance(e, ast.GetAttr):
-            stack.append(e.obj)
-        elif isinstance(e, ast.Call):
-            stack.extend(e.args)
-        elif isinstance(e, ast.BinOp):
-            stack.extend((e.left, e.right))
-        elif isinstance(e, ast.UnaryOp):
-            stack.append(e.operand)
-        elif isinstance(e, ast.InSet):
-            stack.append(e.value)
-            stack.extend(e.items)
-        elif isinstance(e, ast.IsNull):
-            stack.append(e.value)
-        elif isinstance(e, ast.ListExpr):
-            stack.extend(e.items)
+        stack.extend(_children(e))
     return out
 
 

@@ -132,12 +132,18 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
                 needs = set().union(*(expr.slots_used(i) for i in c.choices))
             text = _constraint_text(c, sources)
             guards.append((needs | {index[name]}, _guard(code, c.loc, text if slot.anonymous else f"{name}.{text}")))
+    # In a group rule, where clauses judge the whole group, so they run after the members are collected.
+    group_guards = []
     for w in scope.rule.wheres:
         for conjunct in _split_and(w.cond):
-            guards.append((expr.slots_used(conjunct), _guard(expr(conjunct), conjunct.loc, sources.text(conjunct.loc))))
+            guard = _guard(expr(conjunct), conjunct.loc, sources.text(conjunct.loc))
+            if scope.group is not None:
+                group_guards.append(guard)
+            else:
+                guards.append((expr.slots_used(conjunct), guard))
 
     code = _place_guards(structure, guards)
-    kept = {n for item in scope.rewrite.items for n, _ in item.node.inputs if n in scope.slots}
+    kept = {n for item in scope.rewrite.items for n, _, _ in item.node.inputs if n in scope.slots}
     kept |= {n for keep in rule.keeps for n, _ in keep.names}
     kept_closure: set[str] = set()
     stack = list(kept)
@@ -154,7 +160,8 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
     new_nodes = []
     for k, item in enumerate(scope.rewrite.items):
         node = item.node
-        inputs = [{"new": made[n]} if n in made else {"slot": index[n]} for n, _ in node.inputs]
+        inputs = [{"new": made[n]} if n in made else {"spread": index[n]} if spread else {"slot": index[n]}
+                  for n, _, spread in node.inputs]
         new_nodes.append({
             "name": item.name,
             "op": node.op,
@@ -163,10 +170,16 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
             "shape": expr(node.shape) if node.shape is not None else None,
             "dtype": expr(node.dtype) if node.dtype is not None else None,
             "replaces": index[item.name] if item.replaces else None,
+            "each": item.each,
         })
         if not item.replaces:
             made[item.name] = k
 
+    group = None
+    if scope.group is not None:
+        spec = scope.group.group
+        group = {"min": spec.min, "max": spec.max, "shared": sorted(index[n] for n, _ in spec.sharing),
+                 "members": sorted(index[n] for n in scope.members if n in index)}
     return {
         "name": rule.name,
         "loc": str(rule.loc),
@@ -178,6 +191,8 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
         "code": code,
         "absorb": absorb,
         "rewrite": new_nodes,
+        "group": group,
+        "group_guards": group_guards,
     }
 
 

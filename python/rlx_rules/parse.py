@@ -190,6 +190,12 @@ class _ToAst(Transformer):
     def binding(self, meta, children):
         return ast.Binding(str(children[0]), children[1], self._loc(children[0]))
 
+    @v_args(meta=True)
+    def group_binding(self, meta, children):
+        name, lo, hi, pattern, *sharing = children
+        spec = ast.GroupSpec(int(lo), int(hi), tuple((str(t), self._loc(t)) for t in sharing))
+        return ast.Binding(str(name), pattern, self._loc(name), spec)
+
     def match_block(self, children):
         return ("match", tuple(children))
 
@@ -218,8 +224,18 @@ class _ToAst(Transformer):
         op = children[0]
         shape, dtype = children[-2], children[-1]
         attrs = children[-3] if children[-3] is not None and isinstance(children[-3], tuple) else ()
-        inputs = tuple((str(t), self._loc(t)) for t in children[1:-3] if t is not None)
+        inputs = tuple(t for t in children[1:-3] if t is not None)
         return ast.NewNode(str(op), inputs, attrs, shape, dtype, self._loc(op))
+
+    def new_input_one(self, children):
+        return (str(children[0]), self._loc(children[0]), False)
+
+    def new_input_spread(self, children):
+        return (str(children[0]), self._loc(children[0]), True)
+
+    @v_args(meta=True)
+    def rewrite_each(self, meta, children):
+        return ast.RewriteItem(str(children[0]), children[1], True, self._loc(children[0]), each=True)
 
     @v_args(meta=True)
     def rewrite_one(self, meta, children):

@@ -124,7 +124,7 @@ pub fn param_values(program: &Program, values: &serde_json::Map<String, Value>) 
 
 fn gate_open(program: &Program, gate: usize, graph: &WorkGraph, params: &[Val]) -> bool {
     let g = &program.gates[gate];
-    let holds = |slots: &[usize]| Env { graph, slots, params }.truth(&g.expr) == Ok(true);
+    let holds = |slots: &[usize]| Env::new(graph, slots, params).truth(&g.expr) == Ok(true);
     match &g.scan {
         None => holds(&[]),
         Some((quantifier, op)) => {
@@ -196,11 +196,19 @@ pub fn apply(
                         continue;
                     }
                     report.tried += 1;
-                    if !matcher.try_match(rule, &work, &param_vals, root) {
-                        continue;
-                    }
+                    let members = if rule.group.is_some() {
+                        match matcher.try_match_group(rule, &work, &param_vals, root) {
+                            Some(members) => members,
+                            None => continue,
+                        }
+                    } else {
+                        if !matcher.try_match(rule, &work, &param_vals, root) {
+                            continue;
+                        }
+                        vec![matcher.slots.clone()]
+                    };
                     report.matched += 1;
-                    match apply_rewrite(&mut work, rule, &matcher.slots, &param_vals) {
+                    match apply_rewrite(&mut work, rule, &members, &param_vals) {
                         Ok(_) => {
                             report.fired += 1;
                             fired_now[k] = true;

@@ -108,18 +108,48 @@ impl std::fmt::Display for Val {
     }
 }
 
-/// What an expression can see: the graph, the bound slots, the parameter values.
+/// What an expression can see: the graph, the bound slots, the parameter values, and in a group
+/// rule the members (each a full slot vector) and which member, if any, is selected.
+#[derive(Clone, Copy)]
 pub struct Env<'a> {
     pub graph: &'a WorkGraph,
     pub slots: &'a [usize],
     pub params: &'a [Val],
+    pub group: Option<&'a [Vec<usize>]>,
+    pub per_member: &'a [bool],
+    pub member: Option<usize>,
 }
 
-impl Env<'_> {
+impl<'a> Env<'a> {
+    /// An environment for a rule without a group.
+    pub fn new(graph: &'a WorkGraph, slots: &'a [usize], params: &'a [Val]) -> Env<'a> {
+        Env { graph, slots, params, group: None, per_member: &[], member: None }
+    }
+
+    /// An environment for a group rule, with no member selected.
+    pub fn for_group(graph: &'a WorkGraph, members: &'a [Vec<usize>], per_member: &'a [bool], params: &'a [Val]) -> Env<'a> {
+        Env { graph, slots: &members[0], params, group: Some(members), per_member, member: None }
+    }
+
+    /// The same environment with member `k` selected.
+    pub fn at(&self, k: usize) -> Env<'a> {
+        let members = self.group.unwrap_or(&[]);
+        Env { slots: members.get(k).map_or(self.slots, Vec::as_slice), member: Some(k), ..*self }
+    }
+
+    fn members(&self) -> Result<&'a [Vec<usize>], EvalError> {
+        self.group.ok_or_else(|| EvalError("an aggregate needs a group".into()))
+    }
+
     pub fn eval(&self, e: &Expr) -> EvalResult {
         match e {
             Expr::Lit(v) => Val::from_json(v),
-            Expr::Slot(s) => Ok(Val::Node(self.slots[*s])),
+            Expr::Slot(s) => {
+                if self.per_member.get(*s) == Some(&true) && self.member.is_none() {
+                    return fail("a per-member value is used where no member is selected");
+                }
+                Ok(Val::Node(self.slots[*s]))
+            }
             Expr::Param(p) => Ok(self.params.get(*p).cloned().unwrap_or(Val::Null)),
             Expr::Attr(name, of) => {
                 let i = self.node(of)?;
@@ -229,6 +259,45 @@ impl Env<'_> {
                 Val::List(items) => Ok(Val::Int(items.len() as i64)),
                 other => fail(format!("len() of a {}", other.kind())),
             },
+            Builtin::ReplaceDim => {
+                let Val::List(mut items) = self.eval(&args[0])? else { return fail("replace_dim() needs a list") };
+                let Val::Int(k) = self.eval(&args[1])? else { return fail("replace_dim() index must be an int") };
+                let rank = items.len() as i64;
+                let at = if k < 0 { k + rank } else { k };
+                if at < 0 || at >= rank {
+                    return fail(format!("replace_dim index {k} is out of range for rank {rank}"));
+                }
+                items[at as usize] = self.eval(&args[2])?;
+                Ok(Val::List(items))
+            }
+            Builtin::Count => Ok(Val::Int(self.members()?.len() as i64)),
+            Builtin::All | Builtin::Any => {
+                let want = b == Builtin::Any;
+                for k in 0..self.members()?.len() {
+                    if self.at(k).truth(&args[0])? == want {
+                        return Ok(Val::Bool(want));
+                    }
+                }
+                Ok(Val::Bool(!want))
+            }
+            Builtin::Sum | Builtin::PrefixSum => {
+                let upto = if b == Builtin::Sum {
+                    self.members()?.len()
+                } else {
+                    self.member.ok_or_else(|| EvalError("prefix_sum() needs a selected member".into()))?
+                };
+                let mut acc = Val::Int(0);
+                for k in 0..upto {
+                    acc = binary(BinOp::Add, acc, self.at(k).eval(&args[0])?)?;
+                }
+                Ok(acc)
+            }
+            Builtin::First => {
+                if self.members()?.is_empty() {
+                    return fail("first() of an empty group");
+                }
+                self.at(0).eval(&args[0])
+            }
             Builtin::Min | Builtin::Max => {
                 let (a, c) = (self.eval(&args[0])?, self.eval(&args[1])?);
                 let a_less = matches!(binary(BinOp::Lt, a.clone(), c.clone())?, Val::Bool(true));

@@ -100,6 +100,19 @@ struct RawRule {
     code: Vec<Value>,
     absorb: Vec<usize>,
     rewrite: Vec<RawNewNode>,
+    #[serde(default)]
+    group: Option<RawGroup>,
+    #[serde(default)]
+    group_guards: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    min: usize,
+    max: usize,
+    shared: Vec<usize>,
+    members: Vec<usize>,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +124,8 @@ struct RawNewNode {
     shape: Option<Value>,
     dtype: Option<Value>,
     replaces: Option<usize>,
+    #[serde(default)]
+    each: bool,
 }
 
 // ---- the resolved form the matcher runs ----
@@ -175,6 +190,13 @@ pub enum Builtin {
     Dtype,
     InputCount,
     Len,
+    ReplaceDim,
+    Count,
+    All,
+    Any,
+    Sum,
+    First,
+    PrefixSum,
     Min,
     Max,
     Abs,
@@ -195,6 +217,13 @@ impl Builtin {
             "dtype" => (Builtin::Dtype, 1, Some(1)),
             "input_count" => (Builtin::InputCount, 1, Some(1)),
             "len" => (Builtin::Len, 1, Some(1)),
+            "replace_dim" => (Builtin::ReplaceDim, 3, Some(3)),
+            "count" => (Builtin::Count, 1, Some(1)),
+            "all" => (Builtin::All, 1, Some(1)),
+            "any" => (Builtin::Any, 1, Some(1)),
+            "sum" => (Builtin::Sum, 1, Some(1)),
+            "first" => (Builtin::First, 1, Some(1)),
+            "prefix_sum" => (Builtin::PrefixSum, 1, Some(1)),
             "min" => (Builtin::Min, 2, Some(2)),
             "max" => (Builtin::Max, 2, Some(2)),
             "abs" => (Builtin::Abs, 1, Some(1)),
@@ -242,6 +271,8 @@ pub enum Instr {
 pub enum NewInput {
     Slot(usize),
     New(usize),
+    /// A group's per-member slot, spread: one input per member, in member order.
+    Spread(usize),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -253,6 +284,19 @@ pub struct NewNode {
     pub shape: Option<Expr>,
     pub dtype: Option<Expr>,
     pub replaces: Option<usize>,
+    /// One node per group member, each evaluated with that member selected, replacing it.
+    pub each: bool,
+}
+
+/// A group: every node matching the rule's code with the same `shared` slots (see docs/program.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    pub min: usize,
+    pub max: usize,
+    /// Slots every member shares (bound by the first member, checked for the others).
+    pub shared: Vec<usize>,
+    /// Per slot: whether it holds a per-member value.
+    pub per_member: Vec<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -269,6 +313,9 @@ pub struct Rule {
     pub code: Vec<Instr>,
     pub absorb: Vec<usize>,
     pub rewrite: Vec<NewNode>,
+    pub group: Option<Group>,
+    /// Guards over the whole group, run once its members are collected.
+    pub group_guards: Vec<Instr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -555,15 +602,53 @@ impl ExprCtx<'_> {
                 return err(format!("absorb lists slot {a}, which is not an op-pattern slot other than the root"));
             }
         }
+        let group = match &r.group {
+            None => None,
+            Some(g) => {
+                if g.min == 0 || g.min > g.max {
+                    return err(format!("group size {}..{} needs 1 <= min <= max", g.min, g.max));
+                }
+                let mut per_member = vec![false; n];
+                for &s in &g.members {
+                    if s >= n {
+                        return err(format!("group member slot {s} out of range"));
+                    }
+                    per_member[s] = true;
+                }
+                if !per_member[0] || g.shared.is_empty() || g.shared.iter().any(|&s| s >= n || per_member[s]) {
+                    return err("a group needs the root per member and at least one shared slot, not per member");
+                }
+                Some(Group { min: g.min, max: g.max, shared: g.shared.clone(), per_member })
+            }
+        };
+        let group_guards = r
+            .group_guards
+            .iter()
+            .map(|v| {
+                let obj = v.as_object().ok_or_else(|| ProgramError("group guard must be an object".into()))?;
+                if obj.get("i").and_then(Value::as_str) != Some("guard") || group.is_none() {
+                    return err("group_guards holds guards, and only in a rule with a group");
+                }
+                Ok(Instr::Guard {
+                    expr: self.expr(field(obj, "expr")?, n, 0)?,
+                    loc: obj.get("loc").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    text: obj.get("text").and_then(Value::as_str).unwrap_or_default().to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut rewrite = Vec::new();
         let mut replaced = false;
-        for (k, node) in r.rewrite.into_iter().enumerate() {
+        for node in r.rewrite {
+            if node.each != (group.is_some() && node.replaces.is_some()) {
+                return err(format!("rewrite node {:?}: in a group rule the root is replaced with each, elsewhere never", node.name));
+            }
             let inputs = node
                 .inputs
                 .iter()
-                .map(|m| match (m.get("slot"), m.get("new"), m.len()) {
-                    (Some(&s), None, 1) if s < n => Ok(NewInput::Slot(s)),
-                    (None, Some(&j), 1) if j < k => Ok(NewInput::New(j)),
+                .map(|m| match (m.get("slot"), m.get("new"), m.get("spread"), m.len()) {
+                    (Some(&s), None, None, 1) if s < n => Ok(NewInput::Slot(s)),
+                    (None, Some(&j), None, 1) if rewrite.get(j).is_some_and(|p: &NewNode| p.replaces.is_none()) => Ok(NewInput::New(j)),
+                    (None, None, Some(&s), 1) if group.as_ref().is_some_and(|g| s < n && g.per_member[s]) => Ok(NewInput::Spread(s)),
                     _ => err(format!("rewrite node {:?}: bad input {m:?}", node.name)),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -582,10 +667,14 @@ impl ExprCtx<'_> {
                 }
                 None => {}
             }
-            rewrite.push(NewNode { name: node.name, op: node.op, inputs, attrs, shape, dtype, replaces: node.replaces });
+            let each = node.each;
+            rewrite.push(NewNode { name: node.name, op: node.op, inputs, attrs, shape, dtype, replaces: node.replaces, each });
         }
         if !replaced || rewrite.iter().filter(|n| n.replaces.is_some()).count() != 1 {
             return err("the rewrite must replace the root exactly once");
+        }
+        if group.is_none() && rewrite.iter().flat_map(|n| &n.inputs).any(|i| matches!(i, NewInput::Spread(_))) {
+            return err("a spread input needs a group");
         }
         let gate_ids = r
             .gates
@@ -604,6 +693,8 @@ impl ExprCtx<'_> {
             code,
             absorb: r.absorb,
             rewrite,
+            group,
+            group_guards,
         })
     }
 }

@@ -3,130 +3,218 @@
 //! Safety is the engine's job. A node that the match absorbs must have no consumer outside the
 //! nodes removed with it, must not be a graph output and must not be a graph Input; otherwise the
 //! rewrite is refused and the graph is untouched. Every expression is evaluated before anything
-//! changes, so a failed rewrite leaves no trace.
+//! changes, so a failed rewrite leaves no trace. A match is a list of members (one slot vector
+//! each): one for an ordinary rule, several for a group rule, whose members are all replaced.
 
 use serde_json::Map;
 
 use crate::expr::{Env, Val};
 use crate::graph::{Dim, Node};
-use crate::program::{NewInput, Rule};
+use crate::program::{NewInput, NewNode, Rule};
 use crate::workgraph::WorkGraph;
 
 /// Why a matched rewrite was not applied.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Refusal {
-    /// Applying it would delete a node still needed outside the match.
+    /// Applying it would delete a node still needed outside the match, or create a cycle.
     Unsafe(String),
     /// An attribute, shape or dtype expression could not be evaluated.
     Eval(String),
 }
 
-struct Planned {
-    node: Node,
-    inputs: Vec<NewInput>,
+/// An input of a planned node: a live arena node, or an earlier planned node.
+#[derive(Clone, Copy)]
+enum Source {
+    Arena(usize),
+    Planned(usize),
 }
 
-/// Apply `rule`'s rewrite to the match in `slots`. Returns the arena index of the replacing node.
-pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, slots: &[usize], params: &[Val]) -> Result<usize, Refusal> {
-    let root = slots[0];
-    let mut removed: Vec<usize> = Vec::with_capacity(rule.absorb.len() + 1);
-    removed.push(root);
-    for &a in &rule.absorb {
-        if !removed.contains(&slots[a]) {
-            removed.push(slots[a]);
+struct Planned {
+    node: Node,
+    inputs: Vec<Source>,
+    /// The member whose root this node replaces, if any.
+    replaces: Option<usize>,
+    /// The member whose position orders this node.
+    position_of: usize,
+}
+
+/// Apply `rule`'s rewrite to the match `members`. Returns the arena indices of the replacing nodes.
+pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>], params: &[Val]) -> Result<Vec<usize>, Refusal> {
+    let roots: Vec<usize> = members.iter().map(|m| m[0]).collect();
+    let mut removed: Vec<usize> = roots.clone();
+    for m in members {
+        for &a in &rule.absorb {
+            if !removed.contains(&m[a]) {
+                removed.push(m[a]);
+            }
         }
     }
-    for &a in &rule.absorb {
-        let i = slots[a];
-        let label = || format!("{} ({})", graph.nodes[i].label(), rule.slot_names[a]);
-        if graph.is_output(i) {
-            return Err(Refusal::Unsafe(format!("{} is a graph output", label())));
-        }
-        if graph.nodes[i].op == "Input" {
-            return Err(Refusal::Unsafe(format!("{} is a graph Input", label())));
-        }
-        if let Some(&c) = graph.consumers[i].iter().find(|c| !removed.contains(c)) {
-            return Err(Refusal::Unsafe(format!(
-                "{} is still used by {} outside the match",
-                label(),
-                graph.nodes[c].label()
-            )));
+    for m in members {
+        for &a in &rule.absorb {
+            check_absorbable(graph, rule, m[a], a, &removed)?;
         }
     }
 
-    let env = Env { graph, slots, params };
-    let root_node = &graph.nodes[root];
-    let mut planned = Vec::with_capacity(rule.rewrite.len());
-    for new in &rule.rewrite {
-        for input in &new.inputs {
-            if let NewInput::Slot(s) = input {
-                if removed.contains(&slots[*s]) {
+    let (planned, member_inputs) = plan(graph, rule, members, params)?;
+    for p in &planned {
+        for s in &p.inputs {
+            if let Source::Arena(i) = *s {
+                if removed.contains(&i) {
                     return Err(Refusal::Unsafe(format!(
-                        "rewrite input {} is {}, which the rewrite removes",
-                        rule.slot_names[*s],
-                        graph.nodes[slots[*s]].label()
+                        "rewrite input {} would be removed by the same rewrite",
+                        graph.nodes[i].label()
                     )));
                 }
             }
         }
-        let mut attrs = Map::new();
-        for (name, e) in &new.attrs {
-            let v = env.eval(e).and_then(|v| v.to_json()).map_err(|err| Refusal::Eval(format!("{}.{name}: {}", new.name, err.0)))?;
-            attrs.insert(name.clone(), v);
-        }
-        let shape = match &new.shape {
-            Some(e) => Some(to_shape(env.eval(e).map_err(|err| Refusal::Eval(format!("{} shape: {}", new.name, err.0)))?)
-                .map_err(|m| Refusal::Eval(format!("{} shape: {m}", new.name)))?),
-            None => root_node.shape.clone(),
-        };
-        let dtype = match &new.dtype {
-            Some(e) => match env.eval(e) {
-                Ok(Val::Str(s)) => Some(s),
-                Ok(Val::Null) => None,
-                Ok(other) => return Err(Refusal::Eval(format!("{} dtype is a {}", new.name, other.kind()))),
-                Err(err) => return Err(Refusal::Eval(format!("{} dtype: {}", new.name, err.0))),
-            },
-            None => root_node.dtype.clone(),
-        };
-        let mut node = Node::new(0, new.op.clone());
-        node.attrs = attrs;
-        node.shape = shape;
-        node.dtype = dtype;
-        if new.replaces.is_some() {
-            node.id = root_node.id;
-            node.name = root_node.name.clone();
-        }
-        planned.push(Planned { node, inputs: new.inputs.clone() });
+    }
+    if members.len() > 1 {
+        refuse_cycles(graph, &member_inputs, &roots)?;
     }
 
     // Everything is known: mutate.
-    let position = graph.order_key[root].0;
     let mut made: Vec<usize> = Vec::with_capacity(planned.len());
-    let mut replacing = usize::MAX;
-    for (k, mut p) in planned.into_iter().enumerate() {
+    let mut replacing = vec![usize::MAX; roots.len()];
+    for p in planned {
         let inputs: Vec<usize> = p
             .inputs
             .iter()
-            .map(|i| match i {
-                NewInput::Slot(s) => slots[*s],
-                NewInput::New(j) => made[*j],
+            .map(|s| match *s {
+                Source::Arena(i) => i,
+                Source::Planned(j) => made[j],
             })
             .collect();
-        if rule.rewrite[k].replaces.is_none() {
-            p.node.id = graph.fresh_id();
-        }
-        p.node.inputs = inputs.iter().map(|&i| graph.nodes[i].id).collect();
-        let i = graph.add(p.node, inputs, position);
-        if rule.rewrite[k].replaces.is_some() {
-            replacing = i;
+        let mut node = p.node;
+        node.id = match p.replaces {
+            Some(k) => graph.nodes[roots[k]].id,
+            None => graph.fresh_id(),
+        };
+        node.inputs = inputs.iter().map(|&i| graph.nodes[i].id).collect();
+        let position = graph.order_key[roots[p.position_of]].0;
+        let i = graph.add(node, inputs, position);
+        if let Some(k) = p.replaces {
+            replacing[k] = i;
         }
         made.push(i);
     }
     for &r in &removed {
         graph.remove(r);
     }
-    graph.redirect(root, replacing);
+    for (k, &root) in roots.iter().enumerate() {
+        graph.redirect(root, replacing[k]);
+    }
     Ok(replacing)
+}
+
+fn check_absorbable(graph: &WorkGraph, rule: &Rule, i: usize, slot: usize, removed: &[usize]) -> Result<(), Refusal> {
+    let label = || format!("{} ({})", graph.nodes[i].label(), rule.slot_names[slot]);
+    if graph.is_output(i) {
+        return Err(Refusal::Unsafe(format!("{} is a graph output", label())));
+    }
+    if graph.nodes[i].op == "Input" {
+        return Err(Refusal::Unsafe(format!("{} is a graph Input", label())));
+    }
+    if let Some(&c) = graph.consumers[i].iter().find(|c| !removed.contains(c)) {
+        return Err(Refusal::Unsafe(format!("{} is still used by {} outside the match", label(), graph.nodes[c].label())));
+    }
+    Ok(())
+}
+
+/// Evaluate every new node (attributes, shape, dtype, inputs) before anything changes. Also returns
+/// the inputs taken from per-member slots, the only ones that could depend on another member.
+fn plan(graph: &WorkGraph, rule: &Rule, members: &[Vec<usize>], params: &[Val]) -> Result<(Vec<Planned>, Vec<usize>), Refusal> {
+    let per_member: &[bool] = rule.group.as_ref().map_or(&[], |g| g.per_member.as_slice());
+    let base = match rule.group {
+        Some(_) => Env::for_group(graph, members, per_member, params),
+        None => Env::new(graph, &members[0], params),
+    };
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut member_inputs: Vec<usize> = Vec::new();
+    // Where each rewrite node landed in `planned` (each-nodes are never referenced by later nodes).
+    let mut index_of_new: Vec<usize> = Vec::with_capacity(rule.rewrite.len());
+    for new in &rule.rewrite {
+        index_of_new.push(planned.len());
+        let selected: Vec<Option<usize>> = if new.each { (0..members.len()).map(Some).collect() } else { vec![None] };
+        for member in selected {
+            let env = match member {
+                Some(k) => base.at(k),
+                None => base,
+            };
+            let root = members[member.unwrap_or(0)][0];
+            let mut inputs = Vec::with_capacity(new.inputs.len());
+            for input in &new.inputs {
+                match *input {
+                    NewInput::Slot(s) => {
+                        if per_member.get(s) == Some(&true) {
+                            member_inputs.push(env.slots[s]);
+                        }
+                        inputs.push(Source::Arena(env.slots[s]));
+                    }
+                    NewInput::New(j) => inputs.push(Source::Planned(index_of_new[j])),
+                    NewInput::Spread(s) => {
+                        member_inputs.extend(members.iter().map(|m| m[s]));
+                        inputs.extend(members.iter().map(|m| Source::Arena(m[s])));
+                    }
+                }
+            }
+            let node = build_node(graph, new, &env, root)?;
+            planned.push(Planned { node, inputs, replaces: new.replaces.map(|_| member.unwrap_or(0)), position_of: member.unwrap_or(0) });
+        }
+    }
+    Ok((planned, member_inputs))
+}
+
+fn build_node(graph: &WorkGraph, new: &NewNode, env: &Env<'_>, root: usize) -> Result<Node, Refusal> {
+    let root_node = &graph.nodes[root];
+    let mut attrs = Map::new();
+    for (name, e) in &new.attrs {
+        let v = env.eval(e).and_then(|v| v.to_json()).map_err(|err| Refusal::Eval(format!("{}.{name}: {}", new.name, err.0)))?;
+        attrs.insert(name.clone(), v);
+    }
+    let shape = match &new.shape {
+        Some(e) => Some(
+            env.eval(e)
+                .map_err(|err| err.0)
+                .and_then(to_shape)
+                .map_err(|m| Refusal::Eval(format!("{} shape: {m}", new.name)))?,
+        ),
+        None => root_node.shape.clone(),
+    };
+    let dtype = match &new.dtype {
+        Some(e) => match env.eval(e) {
+            Ok(Val::Str(s)) => Some(s),
+            Ok(Val::Null) => None,
+            Ok(other) => return Err(Refusal::Eval(format!("{} dtype is a {}", new.name, other.kind()))),
+            Err(err) => return Err(Refusal::Eval(format!("{} dtype: {}", new.name, err.0))),
+        },
+        None => root_node.dtype.clone(),
+    };
+    let mut node = Node::new(0, new.op.clone());
+    node.attrs = attrs;
+    node.shape = shape;
+    node.dtype = dtype;
+    if new.replaces.is_some() {
+        node.name = root_node.name.clone();
+    }
+    Ok(node)
+}
+
+/// With several roots replaced, a new node could read a value computed from another member's root.
+/// Shared inputs feed every member, so no member precedes them; per-member inputs are checked:
+/// the rewrite is refused if any replaced root is among their ancestors.
+fn refuse_cycles(graph: &WorkGraph, member_inputs: &[usize], roots: &[usize]) -> Result<(), Refusal> {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<usize> = member_inputs.to_vec();
+    while let Some(i) = stack.pop() {
+        if !seen.insert(i) {
+            continue;
+        }
+        if roots.contains(&i) {
+            return Err(Refusal::Unsafe(format!("the rewrite would read {} through its own result (a cycle)", graph.nodes[i].label())));
+        }
+        stack.extend_from_slice(&graph.inputs[i]);
+    }
+    Ok(())
 }
 
 fn to_shape(v: Val) -> Result<Vec<Dim>, String> {

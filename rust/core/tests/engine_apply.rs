@@ -33,7 +33,7 @@ fn counts(g: &Graph) -> BTreeMap<String, usize> {
 }
 
 #[test]
-fn bert_two_layers_fuse_to_two_attention_blocks() {
+fn bert_two_layers_fuse_to_attention_blocks_and_residual_norms() {
     let (out, report) = run(load(BERT_2L), json!({})).unwrap();
     let c = counts(&out);
     assert_eq!(c.get("FusedAttentionBlock"), Some(&2));
@@ -41,8 +41,9 @@ fn bert_two_layers_fuse_to_two_attention_blocks() {
     assert_eq!(c.get("MatMul"), None);
     assert_eq!(c.get("Narrow"), None);
     assert_eq!(report.nodes_before, 60);
-    assert_eq!(report.nodes_after, 40);
-    assert_eq!(report.rewrites, 10);
+    assert_eq!(c.get("FusedResidualLN"), Some(&4));
+    assert_eq!(report.nodes_after, 36);
+    assert_eq!(report.rewrites, 14);
     assert!(report.phases.iter().all(|p| p.stop == "fixpoint"));
     assert_eq!(report.gates.get("small_batch_seq"), Some(&true));
     // the fused block's inputs in the seed pass's order
