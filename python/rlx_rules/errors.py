@@ -60,3 +60,7 @@ class ProgramError(RlxRulesError, ValueError):
 
 class ApplyError(RlxRulesError):
     """Applying rules failed (for example, a rewrite produced an invalid graph); no output was written."""
+
+
+class OnnxImportError(RlxRulesError):
+    """An ONNX model could not be imported faithfully: subgraphs, missing external data, unknown domain or opset."""
