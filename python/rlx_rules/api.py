@@ -58,13 +58,34 @@ class RuleSet:
 
     def apply(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
               max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
-              fail_after_rewrites: Optional[int] = None) -> tuple[Graph, Report]:
-        """Apply the rules; returns the rewritten graph and the report. The input graph is unchanged."""
+              fail_after_rewrites: Optional[int] = None, explain: bool = False) -> tuple[Graph, Report]:
+        """Apply the rules; returns the rewritten graph and the report. The input graph is unchanged.
+
+        With `explain=True` the report also holds, for each rule that fired zero times, its best near miss.
+        """
+        return self._run(graph, params, max_rewrites=max_rewrites, time_budget_s=time_budget_s,
+                         fail_after_rewrites=fail_after_rewrites, explain="unfired" if explain else None)
+
+    def explain(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
+                rule: Optional[str] = None, node: Optional[int] = None, all: bool = False) -> list[dict]:
+        """Why rules did not fire: near-miss records, best first (the best one per rule unless `all`).
+
+        Each record gives the rule, the candidate root, how much of the pattern matched (`progress` of
+        `total` checks), the bindings made, and each failed check with its .rlxr location and the values
+        involved. Rules are explained on the graph as their phase sees it, after earlier phases ran.
+        """
+        if rule is not None and rule not in self.rule_names:
+            from .errors import ParamError
+
+            raise ParamError(f"unknown rule {rule!r}; the rules are: {', '.join(self.rule_names)}")
+        _, report = self._run(graph, params, explain="all" if all else "best", explain_rule=rule, explain_node=node)
+        return report.near_misses
+
+    def _run(self, graph, params, **options) -> tuple[Graph, Report]:
         graph = load_graph(graph)
         values = self.param_values(params)
         native_graph, report_json = self._native.apply(
-            graph._native, json.dumps({k: v.value for k, v in values.items()}),
-            max_rewrites=max_rewrites, time_budget_s=time_budget_s, fail_after_rewrites=fail_after_rewrites)
+            graph._native, json.dumps({k: v.value for k, v in values.items()}), **options)
         data = json.loads(report_json)
         data["params_in_force"] = {k: {"value": v.value, "source": v.source} for k, v in values.items()}
         return Graph(native_graph), Report(data)

@@ -18,6 +18,8 @@ examples:
   rlx-rules apply g.json -o - > fused.json         # graph on stdout, report on stderr
   rlx-rules apply g.json -r my_rules.rlxr --set RLX_FUSE_ATTN_THRESHOLD=128
   rlx-rules check rules/default.rlxr               # check rule files, print every error
+  rlx-rules explain g.json --rule fuse_attention_block   # why a rule did not fire, with values
+  rlx-rules import model.onnx -o model.graph.json  # ONNX (or RLX serde JSON) to graph.json
 """
 
 
@@ -67,7 +69,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print(f"warning: {args.graph}: {w}", file=sys.stderr)
     fail_after = os.environ.get("RLX_RULES_DEBUG_FAIL_AFTER_REWRITES")
     fused, report = rules.apply(graph, max_rewrites=args.max_rewrites, time_budget_s=args.time_budget,
-                                fail_after_rewrites=int(fail_after) if fail_after else None)
+                                fail_after_rewrites=int(fail_after) if fail_after else None, explain=args.explain)
     out = args.output or _default_output(args.graph)
     to_stdout = out == "-"
     if not to_stdout and _same_file(out, args.graph) and not args.in_place:
@@ -88,6 +90,22 @@ def cmd_apply(args: argparse.Namespace) -> int:
     elif not args.quiet:
         print(f"rlx-rules apply: {args.graph} -> {'stdout' if to_stdout else out}", file=stream)
         print(report, file=stream)
+    return ExitCode.OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .api import load_rules
+    from .graph import Graph
+    from .report import format_miss
+
+    rules = load_rules(*args.rules, params=_parse_sets(args.set))
+    records = rules.explain(Graph.load(args.graph), rule=args.rule, node=args.node, all=args.all)
+    if args.json:
+        print(json.dumps(records, indent=2))
+    elif not records:
+        print("nothing to explain: every candidate matched (see `rlx-rules apply` for what fired)")
+    else:
+        print("\n".join(format_miss(r) for r in records))
     return ExitCode.OK
 
 
@@ -125,14 +143,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-place", action="store_true", help="allow the output to replace the input graph")
     p.add_argument("--max-rewrites", type=int, default=None, help="fail if more rewrites than this are needed")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="fail if apply takes longer")
+    p.add_argument("--explain", action="store_true", help="add each unfired rule's best near miss to the report")
     p.add_argument("-q", "--quiet", action="store_true", help="print no report")
     p.set_defaults(run=cmd_apply)
+
+    e = sub.add_parser("explain", help="why rules did (not) fire: near misses with the failing check and values")
+    e.add_argument("graph", help="input graph.json")
+    e.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES", help="rule files (default: bundled)")
+    e.add_argument("--rule", help="only this rule")
+    e.add_argument("--node", type=int, help="only candidates whose match involves this node id")
+    e.add_argument("--all", action="store_true", help="every near miss, not just the best per rule")
+    e.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a declared parameter")
+    e.add_argument("--json", action="store_true", help="print the records as JSON")
+    e.set_defaults(run=cmd_explain)
 
     c = sub.add_parser("check", help="check rule files and print every error")
     c.add_argument("rules", nargs="+", help="rule files")
     c.add_argument("--strict", action="store_true", help="treat warnings as errors")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(run=cmd_check)
+
+    from .import_cli import add_commands
+
+    add_commands(sub)
     return parser
 
 

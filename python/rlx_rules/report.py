@@ -37,6 +37,11 @@ class Report:
     def params(self) -> dict[str, dict]:
         return self.data.get("params_in_force", {})
 
+    @property
+    def near_misses(self) -> list[dict]:
+        """With explain on: why rules did not fire (see RuleSet.explain)."""
+        return self.data.get("near_misses", [])
+
     def fired(self, rule: str) -> int:
         return self.rules[rule]["fired"]
 
@@ -67,8 +72,31 @@ class Report:
                 if r.get("first_refusal"):
                     lines.append(f"    first refusal: {r['first_refusal']}")
         lines.append(f"nodes: {d['nodes_before']} -> {d['nodes_after']} ({d['rewrites']} rewrites, {d['time_ms']:.1f} ms)")
+        if self.near_misses:
+            lines.append("near misses (rules that fired zero times):")
+            lines.extend("  " + line for record in self.near_misses for line in format_miss(record).splitlines())
         before, after = d["ops_before"], d["ops_after"]
         changed = sorted(op for op in set(before) | set(after) if before.get(op, 0) != after.get(op, 0))
         if changed:
             lines.append("ops: " + ", ".join(f"{op} {before.get(op, 0)}->{after.get(op, 0)}" for op in changed))
         return "\n".join(lines)
+
+
+def format_miss(record: dict) -> str:
+    """One near-miss record as text: the rule, the candidate, what matched, and each failed check."""
+    where = f" at {record['root_label']}" if record.get("root_label") else ""
+    head = f"{record['rule']}{where}: "
+    if record["structure_matched"]:
+        head += f"pattern matched; {len(record['failed'])} guard{'s' if len(record['failed']) != 1 else ''} failed"
+    elif record.get("root") is None:
+        head += "gate closed"
+    else:
+        head += f"pattern matched {record['progress']} of {record['total']} checks"
+    lines = [head]
+    for check in record["failed"]:
+        loc = f"{check['loc']}: " if check["loc"] else ""
+        lines.append(f"  {loc}{check['check']} failed: {check['detail']}")
+    if record.get("bindings"):
+        lines.append("  bindings: " + ", ".join(f"{k} = {v}" for k, v in record["bindings"].items()
+                                                 if not k.startswith("$")))
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::explain::{explain_gate, explain_rule, ExplainOptions, MissRecord};
 use crate::expr::{Env, Val};
 use crate::graph::{Graph, GraphError};
 use crate::matcher::Matcher;
@@ -27,6 +28,8 @@ pub struct ApplyOptions {
     pub time_budget: Option<std::time::Duration>,
     /// Debug hook: fail on purpose after this many rewrites, to test that nothing is written.
     pub fail_after_rewrites: Option<u64>,
+    /// Explain near misses after each phase settles (off: the matcher pays nothing for it).
+    pub explain: Option<ExplainOptions>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -95,6 +98,9 @@ pub struct Report {
     pub phases: Vec<PhaseReport>,
     pub rewrites: u64,
     pub time_ms: f64,
+    /// With explain on: why rules did not fire, best near miss first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub near_misses: Vec<MissRecord>,
 }
 
 /// Parameter values in program order: from `values` where given, else the declared default.
@@ -154,6 +160,7 @@ pub fn apply(
     let mut rewrites: u64 = 0;
     let mut gates_seen: BTreeMap<String, bool> = BTreeMap::new();
     let mut phases = Vec::with_capacity(program.phases.len());
+    let mut near_misses = Vec::new();
 
     for phase in &program.phases {
         let phase_start = Instant::now();
@@ -260,6 +267,18 @@ pub fn apply(
                     .collect();
             }
         }
+        if let Some(ex) = &options.explain {
+            for (k, &r) in phase.rules.iter().enumerate() {
+                let rule = &program.rules[r];
+                if ex.rule.as_ref().is_some_and(|name| *name != rule.name) || (ex.only_unfired && reports[k].fired > 0) {
+                    continue;
+                }
+                match rule.gates.iter().find(|&&g| !gate_open(program, g, &work, &param_vals)) {
+                    Some(&g) => near_misses.push(explain_gate(program, g, rule, &phase.name, &work, &param_vals)),
+                    None => near_misses.extend(explain_rule(program, rule, &phase.name, &work, &param_vals, ex)),
+                }
+            }
+        }
         phases.push(PhaseReport {
             name: phase.name.clone(),
             iterations,
@@ -292,6 +311,7 @@ pub fn apply(
         phases,
         rewrites,
         time_ms: start.elapsed().as_secs_f64() * 1e3,
+        near_misses,
     };
     Ok((out, report))
 }

@@ -5,6 +5,7 @@
 //! the result.
 
 pub mod apply;
+pub mod explain;
 pub mod expr;
 pub mod graph;
 pub mod kernels;

@@ -4,6 +4,102 @@ use crate::expr::{Env, Val};
 use crate::program::{Instr, Rule};
 use crate::workgraph::WorkGraph;
 
+/// How the matcher reacts to failures. The strict observer (what apply uses) fails at once and
+/// compiles to nothing; the explaining observer records failures and keeps evaluating guards.
+pub trait Observer {
+    /// A guard failed at `pc`. Return true to go on (record and continue), false to fail the branch.
+    fn guard_failed(&mut self, pc: usize) -> bool;
+    /// A structural check failed at `pc`; the branch ends.
+    fn structure_failed(&mut self, pc: usize, slots: &[usize]);
+    /// The code ran to its end. Return whether this is a match (which stops the search).
+    fn reached_end(&mut self, slots: &[usize]) -> bool;
+    /// Remember the state before a choice point, and go back to it.
+    fn mark(&self) -> usize;
+    fn reset(&mut self, mark: usize);
+}
+
+/// Fail at the first failed check.
+pub struct Strict;
+
+impl Observer for Strict {
+    #[inline(always)]
+    fn guard_failed(&mut self, _pc: usize) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn structure_failed(&mut self, _pc: usize, _slots: &[usize]) {}
+    #[inline(always)]
+    fn reached_end(&mut self, _slots: &[usize]) -> bool {
+        true
+    }
+    #[inline(always)]
+    fn mark(&self) -> usize {
+        0
+    }
+    #[inline(always)]
+    fn reset(&mut self, _mark: usize) {}
+}
+
+/// The best attempt at one root: how far the structure matched, and which guards failed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attempt {
+    /// Whether every structural check passed (so only guards stand in the way).
+    pub structure_matched: bool,
+    /// Instructions passed before the structure failed (the whole code when it matched).
+    pub progress: usize,
+    /// Bindings at that point (usize::MAX: not bound).
+    pub slots: Vec<usize>,
+    /// pcs of the failed checks: the failed structural check, or every failed guard.
+    pub failures: Vec<usize>,
+}
+
+impl Attempt {
+    /// Better attempts match more structure, then fail fewer guards.
+    fn key(&self) -> (bool, usize, std::cmp::Reverse<usize>) {
+        (self.structure_matched, self.progress, std::cmp::Reverse(self.failures.len()))
+    }
+}
+
+/// Records every failed guard and keeps the best attempt over all branches.
+#[derive(Default)]
+pub struct Explaining {
+    failed: Vec<usize>,
+    pub best: Option<Attempt>,
+    code_len: usize,
+}
+
+impl Explaining {
+    fn offer(&mut self, attempt: Attempt) {
+        if self.best.as_ref().is_none_or(|b| attempt.key() > b.key()) {
+            self.best = Some(attempt);
+        }
+    }
+}
+
+impl Observer for Explaining {
+    fn guard_failed(&mut self, pc: usize) -> bool {
+        self.failed.push(pc);
+        true
+    }
+    fn structure_failed(&mut self, pc: usize, slots: &[usize]) {
+        let mut failures = self.failed.clone();
+        failures.push(pc);
+        self.offer(Attempt { structure_matched: false, progress: pc, slots: slots.to_vec(), failures });
+    }
+    fn reached_end(&mut self, slots: &[usize]) -> bool {
+        let matched = self.failed.is_empty();
+        let attempt = Attempt { structure_matched: true, progress: self.code_len, slots: slots.to_vec(), failures: self.failed.clone() };
+        self.offer(attempt);
+        matched
+    }
+    fn mark(&self) -> usize {
+        self.failed.len()
+    }
+    fn reset(&mut self, mark: usize) {
+        self.failed.truncate(mark);
+    }
+}
+
 /// Reusable matcher registers, so that trying a candidate allocates nothing.
 pub struct Matcher {
     pub slots: Vec<usize>,
@@ -36,69 +132,83 @@ impl Matcher {
         if !rule.root_ops.iter().any(|op| *op == graph.nodes[root].op) {
             return false;
         }
-        self.run(rule, graph, params, 0)
+        self.run(rule, graph, params, 0, &mut Strict)
     }
 
-    fn run(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], mut pc: usize) -> bool {
+    /// Run `rule`'s code at `root` without stopping at failed guards, and return the best attempt.
+    pub fn explain_at(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Attempt {
+        let mut observer = Explaining { code_len: rule.code.len(), ..Default::default() };
+        let n = rule.slot_names.len();
+        self.slots.clear();
+        self.slots.resize(n, usize::MAX);
+        self.swapped.clear();
+        self.swapped.resize(n, false);
+        self.preset.clear();
+        self.preset.resize(n, false);
+        self.slots[0] = root;
+        self.run(rule, graph, params, 0, &mut observer);
+        observer.best.unwrap_or_default()
+    }
+
+    fn run<O: Observer>(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], mut pc: usize, observer: &mut O) -> bool {
         while let Some(instr) = rule.code.get(pc) {
-            match instr {
+            let structure_ok = match instr {
                 Instr::Op { slot, ops } => {
                     let op = &graph.nodes[self.slots[*slot]].op;
-                    if !ops.iter().any(|o| o == op) {
-                        return false;
-                    }
+                    ops.iter().any(|o| o == op)
                 }
-                Instr::Arity { slot, n } => {
-                    if graph.inputs[self.slots[*slot]].len() != *n {
-                        return false;
-                    }
-                }
+                Instr::Arity { slot, n } => graph.inputs[self.slots[*slot]].len() == *n,
                 Instr::Commute { slot, ops } => {
                     let node = self.slots[*slot];
                     if graph.inputs[node].len() == 2 && ops.iter().any(|o| *o == graph.nodes[node].op) {
+                        let mark = observer.mark();
                         self.swapped[*slot] = false;
-                        if self.run(rule, graph, params, pc + 1) {
+                        if self.run(rule, graph, params, pc + 1, observer) {
                             return true;
                         }
+                        observer.reset(mark);
                         self.swapped[*slot] = true;
-                        let found = self.run(rule, graph, params, pc + 1);
+                        let found = self.run(rule, graph, params, pc + 1, observer);
                         if !found {
                             self.swapped[*slot] = false;
                         }
                         return found;
                     }
+                    true
                 }
                 Instr::Input { slot, index, to } => match self.input(graph, *slot, *index) {
-                    Some(i) if self.preset[*to] => {
-                        if self.slots[*to] != i {
-                            return false;
-                        }
+                    Some(i) if self.preset[*to] => self.slots[*to] == i,
+                    Some(i) => {
+                        self.slots[*to] = i;
+                        true
                     }
-                    Some(i) => self.slots[*to] = i,
-                    None => return false,
+                    None => false,
                 },
-                Instr::Same { slot, index, same_as } => {
-                    if self.input(graph, *slot, *index) != Some(self.slots[*same_as]) {
-                        return false;
-                    }
-                }
+                Instr::Same { slot, index, same_as } => self.input(graph, *slot, *index) == Some(self.slots[*same_as]),
                 Instr::Distinct { slots } => {
+                    let mut distinct = true;
                     for (k, &a) in slots.iter().enumerate() {
                         if slots[k + 1..].iter().any(|&b| self.slots[a] == self.slots[b]) {
-                            return false;
+                            distinct = false;
                         }
                     }
+                    distinct
                 }
                 Instr::Guard { expr, .. } => {
                     let env = Env::new(graph, &self.slots, params);
-                    if env.truth(expr) != Ok(true) {
+                    if env.truth(expr) != Ok(true) && !observer.guard_failed(pc) {
                         return false;
                     }
+                    true
                 }
+            };
+            if !structure_ok {
+                observer.structure_failed(pc, &self.slots);
+                return false;
             }
             pc += 1;
         }
-        true
+        observer.reached_end(&self.slots)
     }
 
     /// Try a group rule at `root`: collect every member (nodes matching the code with the same shared
@@ -127,7 +237,7 @@ impl Matcher {
                 self.preset[s] = true;
             }
             self.slots[0] = c;
-            if self.run(rule, graph, params, 0) {
+            if self.run(rule, graph, params, 0, &mut Strict) {
                 members.push(self.slots.clone());
                 if members.len() > group.max {
                     return None;

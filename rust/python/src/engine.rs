@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use rlx_rules_core::apply::{apply, ApplyError, ApplyOptions};
+use rlx_rules_core::explain::ExplainOptions;
 use rlx_rules_core::graph::{Graph, GraphError};
 use rlx_rules_core::program::{Program, ProgramError};
 use rlx_rules_core::registry::Registry;
@@ -118,7 +119,12 @@ impl PyProgram {
     }
 
     /// Apply to `graph` with resolved parameter values (a JSON object). Returns (new graph, report JSON).
-    #[pyo3(signature = (graph, params_json = "{}", *, max_rewrites = None, time_budget_s = None, fail_after_rewrites = None))]
+    ///
+    /// `explain` turns on near-miss records: "unfired" (rules that fired zero times, best record each),
+    /// "best" (every rule, best record) or "all" (every record); `explain_rule` and `explain_node` narrow it.
+    #[pyo3(signature = (graph, params_json = "{}", *, max_rewrites = None, time_budget_s = None, fail_after_rewrites = None,
+                        explain = None, explain_rule = None, explain_node = None))]
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         py: Python<'_>,
@@ -127,7 +133,20 @@ impl PyProgram {
         max_rewrites: Option<u64>,
         time_budget_s: Option<f64>,
         fail_after_rewrites: Option<u64>,
+        explain: Option<&str>,
+        explain_rule: Option<String>,
+        explain_node: Option<u64>,
     ) -> PyResult<(PyGraph, String)> {
+        let explain = match explain {
+            None => None,
+            Some(mode @ ("unfired" | "best" | "all")) => Some(ExplainOptions {
+                rule: explain_rule,
+                node: explain_node,
+                all: mode == "all",
+                only_unfired: mode == "unfired",
+            }),
+            Some(other) => return Err(raise(py, "ParamError", format!("explain must be unfired, best or all, not {other:?}"))),
+        };
         let params: serde_json::Map<String, serde_json::Value> = serde_json::from_str(params_json)
             .map_err(|e| raise(py, "ParamError", format!("parameters are not a JSON object: {e}")))?;
         let time_budget = match time_budget_s {
@@ -137,7 +156,7 @@ impl PyProgram {
             Some(s) => Some(Duration::from_secs_f64(s)),
             None => None,
         };
-        let options = ApplyOptions { max_rewrites, time_budget, fail_after_rewrites };
+        let options = ApplyOptions { max_rewrites, time_budget, fail_after_rewrites, explain };
         let result = py.detach(|| {
             apply(graph.inner.clone(), &self.inner, &params, Registry::builtin(), &options)
                 .map(|(g, report)| (g, serde_json::to_string(&report).unwrap_or_else(|_| "{}".to_string())))
