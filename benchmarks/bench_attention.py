@@ -20,10 +20,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-import numpy as np
+# Let OpenMP workers (PyTorch) sleep when idle instead of spinning over the next contender.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rlx_rules import _native
-from rlx_rules import kernels as K
+import numpy as np  # noqa: E402
+
+from rlx_rules import _native  # noqa: E402
+from rlx_rules import kernels as K  # noqa: E402
 
 SHAPES_BS = [(1, 8), (1, 16), (1, 64), (4, 16), (1, 128), (1, 512), (8, 128)]
 MODELS = [(768, 12), (384, 6)]
@@ -113,8 +116,14 @@ class Result:
         return statistics.median(self.times)
 
 
-def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float) -> Dict[str, Result]:
-    """Calls every contender once per round, in turn, after two warm-up calls each."""
+def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = 4, pause_s: float = 0.005) -> Dict[str, Result]:
+    """Rounds of `burst + 1` back-to-back calls per contender, contenders in turn.
+
+    Before each burst the process sleeps `pause_s`, so that the previous contender's worker
+    threads (ONNX Runtime, OpenMP, OpenBLAS and our own pool all spin for a while after a call)
+    go idle instead of competing with this one for the two cores; the first call of each burst
+    is not counted (it pays for waking this contender's own workers).
+    """
     results = {name: Result(name) for name in contenders}
     for fn in contenders.values():
         fn()
@@ -122,10 +131,13 @@ def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s
     start = time.perf_counter()
     for r in range(rounds):
         for name, fn in contenders.items():
-            t0 = time.perf_counter()
+            time.sleep(pause_s)
             fn()
-            results[name].times.append(time.perf_counter() - t0)
-        if r >= 7 and time.perf_counter() - start > budget_s:
+            for _ in range(burst):
+                t0 = time.perf_counter()
+                fn()
+                results[name].times.append(time.perf_counter() - t0)
+        if r >= 3 and time.perf_counter() - start > budget_s:
             break
     return results
 
@@ -188,14 +200,16 @@ def bench(args) -> None:
     print(f"# load average before: {os.getloadavg()}")
     rng = np.random.default_rng(0)
     roof = {}
-    for h, _ in MODELS:
+    models = [(h, nh) for h, nh in MODELS if h in args.hidden]
+    shapes = [tuple(int(v) for v in bs.split("x")) for bs in args.bs]
+    for h, _ in models:
         wbytes = 4 * (4 * h * h + 4 * h)
         for t in args.threads:
             roof[(h, t)] = _native.machine_roofline(wbytes, t)
             bw, peak = roof[(h, t)]
             print(f"# roofline H={h} threads={t}: read bandwidth {bw / 1e9:.1f} GB/s over {wbytes / 2**20:.1f} MiB of weights, peak {peak / 1e9:.1f} GFLOP/s")
     rows = []
-    for h, nh in MODELS:
+    for h, nh in models:
         qkv_w = (rng.standard_normal((h, 3 * h)) / np.sqrt(h)).astype(np.float32)
         out_w = (rng.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
         qkv_b = (rng.standard_normal(3 * h) * 0.1).astype(np.float32)
@@ -205,7 +219,7 @@ def bench(args) -> None:
         for t in args.threads:
             threads_ctl.set(t)
             ort_run = make_ort(h, nh, qkv_w, qkv_b, out_w, out_b, t) if have_ort else None
-            for b, s in SHAPES_BS:
+            for b, s in shapes:
                 x = rng.standard_normal((b, s, h), dtype=np.float32)
                 mask = np.ones((b, s), np.float32)
                 mask[0, s - s // 4 :] = 0.0  # a padded tail
@@ -245,7 +259,7 @@ COLS = ["rlx prepared", "rlx one-shot", "numpy", "onnxruntime", "torch"]
 def print_row(row, header=False):
     h, nh, b, s, t, med, bound, n = row
     if header:
-        print("| H/heads | B×S | thr | " + " | ".join(f"{c} µs" for c in COLS) + " | best other / ours | ours / bound | bound µs | rounds |")
+        print("| H/heads | B×S | thr | " + " | ".join(f"{c} µs" for c in COLS) + " | best other / ours | ours / bound | bound µs | calls |")
         print("|" + "---|" * (len(COLS) + 7))
     others = [med[c] for c in ("onnxruntime", "torch") if c in med]
     ours = med["rlx prepared"]
@@ -279,13 +293,15 @@ def threshold(args) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=200, help="most rounds per shape")
+    parser.add_argument("--rounds", type=int, default=50, help="most rounds (of 4 timed calls per contender) per shape")
     parser.add_argument("--budget", type=float, default=4.0, help="seconds per shape before stopping early (at least 8 rounds)")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[h for h, _ in MODELS], help="subset of hidden sizes (768, 384)")
+    parser.add_argument("--bs", nargs="+", default=[f"{b}x{s}" for b, s in SHAPES_BS], help="subset of BxS shapes, e.g. 1x8 8x128")
     parser.add_argument("--quick", action="store_true", help="rounds=40, budget=1 s")
     parser.add_argument("--threshold", action="store_true", help="measure the small-work threshold instead")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.budget = 40, 1.0
+        args.rounds, args.budget = 10, 1.0
     if args.threshold:
         threshold(args)
     else:
