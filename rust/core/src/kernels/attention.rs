@@ -1,10 +1,11 @@
 //! Multi-head attention, FlashAttention-style: query and key blocks, online softmax, vectorized `exp`; Q, K and V read in place from strided row views, memory independent of S².
 //!
-//! Work is split into items of (batch, head, block of `BQ` query rows), run in parallel. Each item
-//! walks the keys in blocks of `4 × LANES`: it copies the K block transposed and the V block
-//! zero-padded into per-thread scratch, computes a `BQ × block` score tile, folds it into the
-//! running max / sum / output of every row, and finally divides by the sum. The score tile is the
-//! only S-dependent buffer and it is bounded by the block sizes.
+//! Work is split into items of (batch, head, range of `BQ`-row query blocks), run in parallel;
+//! a head is split only when there are too few heads for the threads. Each item first copies its
+//! head's K, transposed block by block to `[d, 4·LANES]`, and V, zero-padded, into per-thread
+//! scratch (linear in S). Then, for each query block and each key block, it computes a
+//! `BQ × 4·LANES` score tile, masks it with vector selects, folds it into the running max, sum and
+//! output of every row (online softmax), and finally divides by the sum. Nothing is `S × S`.
 
 use super::gemm::SendPtr;
 use super::par::Par;
@@ -116,15 +117,18 @@ pub(crate) fn attention(
         assert_eq!(seq_q, seq_k, "causal attention needs seq_q == seq_k");
     }
     let q_blocks = seq_q.div_ceil(BQ);
-    let n_items = batch * num_heads * q_blocks;
+    // Each item packs K and V of its head once, so prefer whole heads; split the query blocks
+    // only when there are too few heads to keep every thread busy.
+    let heads_total = batch * num_heads;
+    let chunks = if par.parallel { (2 * par.threads).div_ceil(heads_total).clamp(1, q_blocks) } else { 1 };
+    let n_items = heads_total * chunks;
     let out_ptr = SendPtr(out.as_mut_ptr());
     par.for_each(n_items, |item| {
-        let qb = item % q_blocks;
-        let h = (item / q_blocks) % num_heads;
-        let b = item / (q_blocks * num_heads);
-        let q0 = qb * BQ;
-        let rows = BQ.min(seq_q - q0);
-        let job = Item { shape, b, h, q0, rows, q, k, v, mask, scale, out: out_ptr, out_row_stride };
+        let chunk = item % chunks;
+        let h = (item / chunks) % num_heads;
+        let b = item / (chunks * num_heads);
+        let (qb0, qb1) = (chunk * q_blocks / chunks, (chunk + 1) * q_blocks / chunks);
+        let job = Item { shape, b, h, qb0, qb1, q, k, v, mask, scale, out: out_ptr, out_row_stride };
         ITEM_SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => job.run(isa, &mut scratch),
             Err(_) => job.run(isa, &mut ItemScratch::default()),
@@ -132,14 +136,14 @@ pub(crate) fn attention(
     });
 }
 
-/// One (batch, head, query block) of an attention call.
+/// One (batch, head, range of query blocks) of an attention call.
 #[derive(Clone, Copy)]
 struct Item<'a> {
     shape: AttnShape,
     b: usize,
     h: usize,
-    q0: usize,
-    rows: usize,
+    qb0: usize,
+    qb1: usize,
     q: RowsView<'a>,
     k: RowsView<'a>,
     v: RowsView<'a>,
@@ -153,19 +157,20 @@ impl Item<'_> {
     fn run(&self, isa: Isa, scratch: &mut ItemScratch) {
         let d = self.shape.head_dim;
         let d_pad = d.div_ceil(16) * 16;
+        let k_pad = self.shape.seq_k.div_ceil(BC_MAX) * BC_MAX;
         let grow = |buf: &mut Vec<f32>, len: usize| {
             if buf.len() < len {
                 buf.resize(len, 0.0);
             }
         };
-        grow(&mut scratch.kt, d * BC_MAX);
-        grow(&mut scratch.vb, BC_MAX * d_pad);
+        grow(&mut scratch.kt, d * k_pad);
+        grow(&mut scratch.vb, k_pad * d_pad);
         grow(&mut scratch.scores, BQ * BC_MAX);
         grow(&mut scratch.acc, BQ * d_pad);
         grow(&mut scratch.row_max, BQ);
         grow(&mut scratch.row_sum, BQ);
-        grow(&mut scratch.block_keep, BC_MAX);
-        grow(&mut scratch.block_pad, BC_MAX);
+        grow(&mut scratch.block_keep, k_pad);
+        grow(&mut scratch.block_pad, k_pad);
         let item = *self;
         let scratch: *mut ItemScratch = scratch;
         dispatch!(isa, |S| (item: Item<'_>, scratch: *mut ItemScratch) {
@@ -176,42 +181,67 @@ impl Item<'_> {
     /// The whole item on one SIMD path.
     #[inline(always)]
     unsafe fn run_simd<S: Simd>(&self, sc: &mut ItemScratch) {
-        let AttnShape { seq_k, head_dim: d, .. } = self.shape;
+        let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
         let bc = 4 * lanes; // keys per block: four vectors of scores per row
         let d_vecs = d.div_ceil(lanes);
         let d_pad = d_vecs * lanes;
-        let rows = self.rows;
         let col = self.h * d;
-        let q_base = self.q.offset + self.b * self.q.batch_stride + self.q0 * self.q.row_stride + col;
         let k_base = self.k.offset + self.b * self.k.batch_stride + col;
         let v_base = self.v.offset + self.b * self.v.batch_stride + col;
         let keep = self.mask.keep().map(|m| &m[self.b * seq_k..(self.b + 1) * seq_k]);
         let causal = matches!(self.mask, MaskRef::Causal(_));
+        let k_blocks = seq_k.div_ceil(bc);
 
+        // The head's K, transposed block by block to [d, bc], and V as [keys, d_pad], both
+        // zero-padded; per key, keep flag (1 keep, 0 masked) and padding flag (1 = not a key).
+        for kb in 0..k_blocks {
+            let kt = &mut sc.kt[kb * d * bc..(kb + 1) * d * bc];
+            for j in 0..bc {
+                let key = kb * bc + j;
+                if key < seq_k {
+                    let krow = &self.k.data[k_base + key * self.k.row_stride..][..d];
+                    for (dd, &x) in krow.iter().enumerate() {
+                        kt[dd * bc + j] = x;
+                    }
+                    let vrow = &self.v.data[v_base + key * self.v.row_stride..][..d];
+                    sc.vb[key * d_pad..key * d_pad + d].copy_from_slice(vrow);
+                    sc.vb[key * d_pad + d..(key + 1) * d_pad].fill(0.0);
+                } else {
+                    for dd in 0..d {
+                        kt[dd * bc + j] = 0.0;
+                    }
+                }
+                sc.block_keep[key] = match keep {
+                    Some(keep) if key < seq_k => keep[key],
+                    _ => 1.0,
+                };
+                sc.block_pad[key] = if key < seq_k { 0.0 } else { 1.0 };
+            }
+        }
+        for qb in self.qb0..self.qb1 {
+            let q0 = qb * BQ;
+            let rows = BQ.min(seq_q - q0);
+            self.query_block::<S>(sc, q0, rows, bc, d_vecs, d_pad, k_blocks, keep.is_some(), causal);
+        }
+    }
+
+    /// Rows `[q0, q0 + rows)` against every key block, then normalized into `out`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn query_block<S: Simd>(&self, sc: &mut ItemScratch, q0: usize, rows: usize, bc: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool, causal: bool) {
+        let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
+        let lanes = S::LANES;
+        let col = self.h * d;
+        let q_base = self.q.offset + self.b * self.q.batch_stride + q0 * self.q.row_stride + col;
         sc.row_max[..rows].fill(f32::NEG_INFINITY);
         sc.row_sum[..rows].fill(0.0);
         sc.acc[..rows * d_pad].fill(0.0);
-
-        let mut k0 = 0;
-        while k0 < seq_k {
+        for kb in 0..k_blocks {
+            let k0 = kb * bc;
             let nk = bc.min(seq_k - k0);
-            // K block transposed to [d, bc] and V block to [bc, d_pad], zero-padded.
-            for j in 0..bc {
-                if j < nk {
-                    let krow = &self.k.data[k_base + (k0 + j) * self.k.row_stride..][..d];
-                    for (dd, &x) in krow.iter().enumerate() {
-                        sc.kt[dd * bc + j] = x;
-                    }
-                    let vrow = &self.v.data[v_base + (k0 + j) * self.v.row_stride..][..d];
-                    sc.vb[j * d_pad..j * d_pad + d].copy_from_slice(vrow);
-                    sc.vb[j * d_pad + d..(j + 1) * d_pad].fill(0.0);
-                } else {
-                    for dd in 0..d {
-                        sc.kt[dd * bc + j] = 0.0;
-                    }
-                }
-            }
+            let kt_ptr = sc.kt[kb * d * bc..].as_ptr();
+            let vb_off = k0 * d_pad;
             // Scores, four query rows at a time.
             let mut r = 0;
             while r < rows {
@@ -219,28 +249,19 @@ impl Item<'_> {
                 let qp = self.q.data[q_base + r * self.q.row_stride..].as_ptr();
                 let sp = sc.scores[r * bc..].as_mut_ptr();
                 if take == 4 {
-                    score_rows::<S, 4>(qp, self.q.row_stride, sc.kt.as_ptr(), bc, d, self.scale, sp);
+                    score_rows::<S, 4>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
                 } else {
-                    score_rows::<S, 1>(qp, self.q.row_stride, sc.kt.as_ptr(), bc, d, self.scale, sp);
+                    score_rows::<S, 1>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
                 }
                 r += take;
             }
-            // Per block: keep flags (1 keep, 0 masked) and validity (0 valid key, 1 padding), so
-            // the row loop masks with vector selects.
-            for j in 0..bc {
-                sc.block_keep[j] = match keep {
-                    Some(keep) if j < nk => keep[k0 + j],
-                    _ => 1.0,
-                };
-                sc.block_pad[j] = if j < nk { 0.0 } else { 1.0 };
-            }
-            let (kp, pp) = (sc.block_keep.as_ptr(), sc.block_pad.as_ptr());
+            let (kp, pp) = (sc.block_keep[k0..].as_ptr(), sc.block_pad[k0..].as_ptr());
             let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
             // Masks, padding, then the online-softmax update of every row.
             for r in 0..rows {
                 let srow = &mut sc.scores[r * bc..(r + 1) * bc];
-                if causal && k0 + nk > self.q0 + r + 1 {
-                    let qpos = self.q0 + r;
+                if causal && k0 + nk > q0 + r + 1 {
+                    let qpos = q0 + r;
                     for (j, s) in srow[..nk].iter_mut().enumerate() {
                         if k0 + j > qpos {
                             *s = MASKED_SCORE;
@@ -251,7 +272,7 @@ impl Item<'_> {
                 let mut vmax = neg_inf;
                 for c in 0..4 {
                     let mut x = S::load(sp.add(c * lanes));
-                    if keep.is_some() {
+                    if has_keep {
                         x = S::select_lt(S::load(kp.add(c * lanes)), half, masked, x);
                     }
                     if nk < bc {
@@ -289,7 +310,7 @@ impl Item<'_> {
                 while c0 < d_vecs {
                     let g = 4.min(d_vecs - c0);
                     let pp = sc.scores[r * bc..].as_ptr();
-                    let vp = sc.vb[c0 * lanes..].as_ptr();
+                    let vp = sc.vb[vb_off + c0 * lanes..].as_ptr();
                     let ap = sc.acc[r * d_pad + c0 * lanes..].as_mut_ptr();
                     macro_rules! pv {
                         ($R:literal) => {
@@ -310,13 +331,12 @@ impl Item<'_> {
                 }
                 r += take;
             }
-            k0 += nk;
         }
         // Normalize and write out.
         for r in 0..rows {
             let inv = S::splat(1.0 / sc.row_sum[r]);
             let ap = sc.acc[r * d_pad..].as_ptr();
-            let op = self.out.add((self.b * self.shape.seq_q + self.q0 + r) * self.out_row_stride + col);
+            let op = self.out.add((self.b * seq_q + q0 + r) * self.out_row_stride + col);
             for c in 0..d_vecs {
                 let x = S::mul(S::load(ap.add(c * lanes)), inv);
                 let n = d - c * lanes;
