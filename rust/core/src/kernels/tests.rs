@@ -327,3 +327,42 @@ fn kernels_isa_selection_honours_requests() {
     assert_eq!(Isa::parse(" AVX512 "), Some(Isa::Avx512));
     assert_eq!(Isa::parse("sse"), None);
 }
+
+/// Not a pass/fail test: prints single-thread projection times of our micro-kernel (packed and
+/// row-major) against the `gemm` crate, the measurement behind the choice in gemm.rs. Run with
+/// `cargo test --release -p rlx-rules-core kernels_projection_timing -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn kernels_projection_timing_vs_gemm_crate() {
+    use super::gemm::{project, WeightsRef};
+    use super::par::Par;
+    use std::time::Instant;
+    let (k, n) = (768usize, 2304usize);
+    let mut rng = Rng(1);
+    let w = rng.vec(k * n, 0.1);
+    let bias = rng.vec(n, 0.1);
+    let packed = PackedWeights::pack(&w, Some(&bias), k, n, 0, 1.0);
+    let isa = Isa::select(None);
+    let best = |f: &mut dyn FnMut()| {
+        f();
+        (0..15).map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        }).fold(f64::INFINITY, f64::min)
+    };
+    println!("M, ours packed µs, ours row-major µs, gemm crate µs (K=768, N=2304, 1 thread, {isa})");
+    for m in [1usize, 8, 16, 64, 256, 1024] {
+        let a = rng.vec(m * k, 1.0);
+        let mut c = vec![0.0f32; m * n];
+        let t_packed = best(&mut || project(isa, &Par::SERIAL, m, &a, k, packed.as_ref(), &mut c, n));
+        let t_raw = best(&mut || project(isa, &Par::SERIAL, m, &a, k, WeightsRef::row_major(&w, Some(&bias), k, n), &mut c, n));
+        let t_gemm = best(&mut || unsafe {
+            for row in c.chunks_mut(n) {
+                row.copy_from_slice(&bias);
+            }
+            ::gemm::gemm(m, n, k, c.as_mut_ptr(), 1, n as isize, true, a.as_ptr(), 1, k as isize, w.as_ptr(), 1, n as isize, 1.0f32, 1.0f32, false, false, false, ::gemm::Parallelism::None);
+        });
+        println!("{m}, {:.0}, {:.0}, {:.0}", t_packed * 1e6, t_raw * 1e6, t_gemm * 1e6);
+    }
+}
