@@ -66,7 +66,7 @@ fn check_heads(hidden: usize, num_heads: usize) -> PyResult<usize> {
     if num_heads == 0 {
         return Err(PyValueError::new_err("num_heads must be a positive integer"));
     }
-    if hidden % num_heads != 0 {
+    if !hidden.is_multiple_of(num_heads) {
         return Err(PyValueError::new_err(format!("hidden size {hidden} is not divisible by num_heads={num_heads}")));
     }
     Ok(hidden / num_heads)
@@ -95,6 +95,9 @@ where
     }
 }
 
+/// The checked `(cos, sin)` rope tables.
+type RopeArgs<'py> = (F32Arg<'py>, F32Arg<'py>);
+
 /// Checks the `[B, S]` mask and the rope tables of a block call of `hidden` shape `[b, s, h]`.
 fn block_extras<'py>(
     b: usize,
@@ -103,7 +106,7 @@ fn block_extras<'py>(
     mask: Option<&Bound<'py, PyAny>>,
     rope_cos: Option<&Bound<'py, PyAny>>,
     rope_sin: Option<&Bound<'py, PyAny>>,
-) -> PyResult<(Option<F32Arg<'py>>, Option<(F32Arg<'py>, F32Arg<'py>)>)> {
+) -> PyResult<(Option<F32Arg<'py>>, Option<RopeArgs<'py>>)> {
     let mask = opt_f32_arg("mask", mask, 2)?;
     if let Some(m) = &mask {
         expect_shape("mask", m, &[b, s], "[batch, seq] of hidden")?;
@@ -113,7 +116,7 @@ fn block_extras<'py>(
     let rope = match (cos, sin) {
         (None, None) => None,
         (Some(c), Some(sn)) => {
-            if d % 2 != 0 {
+            if !d.is_multiple_of(2) {
                 return Err(PyValueError::new_err(format!("rope needs an even head_dim, got head_dim={d}")));
             }
             expect_shape("rope cos", &c, &[s, d / 2], "[seq, head_dim / 2]")?;

@@ -64,7 +64,7 @@ fn check_heads(hidden: usize, num_heads: usize) -> Result<usize, KernelError> {
     if num_heads == 0 {
         return Err(err("num_heads must be positive".into()));
     }
-    if hidden % num_heads != 0 {
+    if !hidden.is_multiple_of(num_heads) {
         return Err(err(format!("hidden size {hidden} is not divisible by num_heads={num_heads}")));
     }
     Ok(hidden / num_heads)

@@ -112,7 +112,7 @@ impl Pool {
             while self.epoch.load(Ordering::SeqCst) == seen {
                 std::hint::spin_loop();
                 spins += 1;
-                if spins % 64 == 0 && start.elapsed() > SPIN {
+                if spins.is_multiple_of(64) && start.elapsed() > SPIN {
                     let guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
                     self.sleepers.fetch_add(1, Ordering::SeqCst);
                     let mut guard = guard;

@@ -142,14 +142,14 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn exp(x: Self::V) -> Self::V {
         let xc = Self::max(Self::splat(-87.3), Self::min(Self::splat(88.0), x));
         let n = Self::round(Self::mul(xc, Self::splat(std::f32::consts::LOG2_E)));
-        let r = Self::fmadd(n, Self::splat(-0.693_359_375), xc);
+        let r = Self::fmadd(n, Self::splat(-(355.0 / 512.0)), xc);
         let r = Self::fmadd(n, Self::splat(2.121_944_4e-4), r);
         let mut p = Self::splat(1.987_569_1e-4);
         p = Self::fmadd(p, r, Self::splat(1.398_199_9e-3));
         p = Self::fmadd(p, r, Self::splat(8.333_452e-3));
         p = Self::fmadd(p, r, Self::splat(4.166_579_6e-2));
         p = Self::fmadd(p, r, Self::splat(1.666_666_5e-1));
-        p = Self::fmadd(p, r, Self::splat(5.000_000_1e-1));
+        p = Self::fmadd(p, r, Self::splat(0.5));
         let r2 = Self::mul(r, r);
         let y = Self::add(Self::fmadd(p, r2, r), Self::splat(1.0));
         let y = Self::mul(y, Self::pow2i(n));
