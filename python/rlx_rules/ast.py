@@ -212,6 +212,16 @@ class Rewrite:
 
 
 @dataclass(frozen=True)
+class Expect:
+    """`expect fires N on "graph.json" [with P = v, ...]`: an example that `verify` runs (N = 0: no_fire)."""
+
+    fires: int
+    path: str
+    params: tuple[tuple[str, Expr], ...]
+    loc: Loc
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     phase: Optional[str]
@@ -223,6 +233,7 @@ class Rule:
     keeps: tuple[Keep, ...]
     rewrites: tuple[Rewrite, ...]
     loc: Loc
+    expects: tuple[Expect, ...] = ()
 
 
 # ---- top level ----

@@ -381,6 +381,13 @@ class _Checker:
                     self.error(loc, f"keep names {name!r}, which is not a bound op pattern")
                 elif name in scope.roots:
                     self.error(loc, f"keep names {name!r}, the root that the rewrite replaces")
+        for ex in rule.expects:
+            for name, value in ex.params:
+                if name not in self.params:
+                    self.error(ex.loc, f"expect sets unknown parameter {name!r}{suggest(name, self.params)}")
+                elif not (isinstance(value, (ast.Lit, ast.UnaryOp))) or not value_fits(literal_value(value),
+                                                                                       self.params[name].type):
+                    self.error(value.loc, f"expect gives {name} a value that is not a {self.params[name].type} literal")
         self._check_structure(scope)
         for slot in scope.slots.values():
             # a leaf's first pattern reference only introduces it; it is used if referenced again

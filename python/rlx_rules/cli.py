@@ -19,6 +19,7 @@ examples:
   rlx-rules apply g.json -r my_rules.rlxr --set RLX_FUSE_ATTN_THRESHOLD=128
   rlx-rules check rules/default.rlxr               # check rule files, print every error
   rlx-rules explain g.json --rule fuse_attention_block   # why a rule did not fire, with values
+  rlx-rules verify                                 # every bundled rule proves itself by execution
   rlx-rules import model.onnx -o model.graph.json  # ONNX (or RLX serde JSON) to graph.json
 """
 
@@ -31,6 +32,7 @@ class ExitCode(enum.IntEnum):
     PARAM_ERROR = 5
     APPLY_ERROR = 6
     OUTPUT_ERROR = 7
+    VERIFY_FAILED = 8
     INTERNAL_ERROR = 70
 
 
@@ -109,6 +111,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify
+
+    report = verify(args.rules or None, rules=args.rule or None, seed=args.seed, max_mutants=args.max_mutants)
+    if args.json:
+        print(json.dumps([{"rule": r.rule, "ok": r.ok, "examples": r.examples, "variants": r.variants,
+                           "near_misses": r.near_misses, "guards": r.guards, "uncovered": r.uncovered,
+                           "failures": r.failures} for r in report.rules], indent=2))
+    else:
+        print(report)
+    return ExitCode.OK if report.ok else ExitCode.VERIFY_FAILED
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .api import compile_rules
 
@@ -162,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--strict", action="store_true", help="treat warnings as errors")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(run=cmd_check)
+
+    v = sub.add_parser("verify", help="prove each rule by execution: examples, derived near misses, numerics")
+    v.add_argument("rules", nargs="*", help="rule files (default: the bundled library)")
+    v.add_argument("--rule", action="append", default=[], help="only this rule (repeatable)")
+    v.add_argument("--seed", type=int, default=0, help="seed of the random inputs and parameters")
+    v.add_argument("--max-mutants", type=int, default=None, help="cap the derived graphs per example")
+    v.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    v.set_defaults(run=cmd_verify)
 
     from .import_cli import add_commands
 

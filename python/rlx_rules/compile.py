@@ -180,9 +180,17 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
         spec = scope.group.group
         group = {"min": spec.min, "max": spec.max, "shared": sorted(index[n] for n, _ in spec.sharing),
                  "members": sorted(index[n] for n in scope.members if n in index)}
+    import os
+
+    from .check import literal_value
+
+    examples = [{"path": os.path.join(os.path.dirname(ex.loc.file), ex.path), "fires": ex.fires,
+                 "params": {name: literal_value(v) for name, v in ex.params}, "loc": str(ex.loc)}
+                for ex in rule.expects]
     return {
         "name": rule.name,
         "loc": str(rule.loc),
+        "examples": [dict(e, path=os.path.abspath(e["path"])) for e in examples],
         "phase": scope.phase,
         "priority": rule.priority,
         "gates": [g for g, _ in rule.gates],

@@ -472,7 +472,14 @@ def _layer_norm(it, node, args):
 
 @_op("RmsNorm")
 def _rms_norm(it, node, args):
-    return rms_norm(args[0], args[1], args[2], _attr(node, "eps"), _attr(node, "axis", -1))
+    y = rms_norm(args[0], args[1], args[2], _attr(node, "eps"), _attr(node, "axis", -1))
+    # RLX's RmsNorm writes its declared shape: FuseRmsNormReshape gives it the flattened shape of the
+    # Reshape it absorbed ([prod(leading), H]), the same elements in the same order.
+    shape = node.shape
+    if shape is not None and all(isinstance(d, int) for d in shape) and tuple(shape) != y.shape \
+            and int(np.prod(shape)) == y.size and shape and shape[-1] == y.shape[-1]:
+        y = y.reshape(shape)
+    return y
 
 
 def _channels(v: np.ndarray, ndim: int) -> np.ndarray:

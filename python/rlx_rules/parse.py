@@ -200,6 +200,17 @@ class _ToAst(Transformer):
         return ("match", tuple(children))
 
     # ---- rule body ----
+    def expect_params(self, children):
+        return tuple((str(children[i]), children[i + 1]) for i in range(0, len(children), 2))
+
+    @v_args(meta=True)
+    def expect_fires(self, meta, children):
+        return ast.Expect(int(children[0]), _unquote(str(children[1])), children[2] or (), self._loc(meta))
+
+    @v_args(meta=True)
+    def expect_no_fire(self, meta, children):
+        return ast.Expect(0, _unquote(str(children[0])), children[1] or (), self._loc(meta))
+
     @v_args(meta=True)
     def let_stmt(self, meta, children):
         return ast.Let(str(children[0]), children[1], self._loc(children[0]))
@@ -270,7 +281,7 @@ class _ToAst(Transformer):
     def rule(self, meta, children):
         name, *body = children
         phase, priority, gates = None, 0, ()
-        bindings, lets, wheres, keeps, rewrites = [], [], [], [], []
+        bindings, lets, wheres, keeps, rewrites, expects = [], [], [], [], [], []
         for part in body:
             if isinstance(part, tuple) and part and part[0] == "phase":
                 phase = part[1]
@@ -288,8 +299,10 @@ class _ToAst(Transformer):
                 keeps.append(part)
             elif isinstance(part, ast.Rewrite):
                 rewrites.append(part)
+            elif isinstance(part, ast.Expect):
+                expects.append(part)
         return ast.Rule(str(name), phase, priority, gates, tuple(bindings), tuple(lets), tuple(wheres),
-                        tuple(keeps), tuple(rewrites), self._loc(name))
+                        tuple(keeps), tuple(rewrites), self._loc(name), tuple(expects))
 
     # ---- top level ----
     @v_args(meta=True)

@@ -177,7 +177,10 @@ pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
     for root in candidates {
         let attempt = matcher.explain_at(rule, graph, params, root);
         if attempt.structure_matched && attempt.failures.is_empty() {
-            continue; // a match (refused as unsafe, or a group rule's later member): the report covers it
+            if let Some(record) = explain_group_at(program, rule, phase, graph, params, root, &mut matcher, options) {
+                records.push(record);
+            }
+            continue; // otherwise a match (refused as unsafe, or a group's later member): the report covers it
         }
         let bound: Vec<usize> = attempt.slots.iter().copied().filter(|&i| i != usize::MAX).collect();
         if let Some(node) = options.node {
@@ -222,6 +225,57 @@ pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
         records.truncate(1);
     }
     records
+}
+
+/// A group rule whose member pattern matched at `root`: the group's size and guards, if any fail.
+#[allow(clippy::too_many_arguments)]
+fn explain_group_at(program: &Program, rule: &Rule, phase: &str, graph: &WorkGraph, params: &[Val], root: usize,
+                    matcher: &mut Matcher, options: &ExplainOptions) -> Option<MissRecord> {
+    let group = rule.group.as_ref()?;
+    let (members, size_ok, failed_guards) = matcher.explain_group(rule, graph, params, root)?;
+    if size_ok && failed_guards.is_empty() {
+        return None;
+    }
+    if let Some(node) = options.node {
+        if !members.iter().flatten().any(|&i| i != usize::MAX && graph.nodes[i].id == node) {
+            return None;
+        }
+    }
+    let mut failed = Vec::new();
+    let ids: Vec<String> = members.iter().map(|m| format!("%{}", graph.nodes[m[0]].id)).collect();
+    if !size_ok {
+        failed.push(FailedCheck {
+            loc: rule.loc.clone(),
+            check: format!("group of {} to {} {}", group.min, group.max, rule.root_ops.join("|")),
+            detail: format!("{} members: {}", members.len(), ids.join(" ")),
+        });
+    }
+    let env = Env::for_group(graph, &members, &group.per_member, params);
+    for k in failed_guards {
+        if let Instr::Guard { expr, loc, text } = &rule.group_guards[k] {
+            failed.push(FailedCheck { loc: loc.clone(), check: text.clone(), detail: describe(&env, program, expr) });
+        }
+    }
+    let bindings = rule
+        .slot_names
+        .iter()
+        .enumerate()
+        .map(|(s, name)| {
+            let nodes: Vec<String> = members.iter().map(|m| format!("%{}", graph.nodes[m[s]].id)).collect();
+            (name.clone(), nodes.join(" "))
+        })
+        .collect();
+    Some(MissRecord {
+        rule: rule.name.clone(),
+        phase: phase.to_string(),
+        root: Some(graph.nodes[root].id),
+        root_label: Some(label(graph, root)),
+        structure_matched: true,
+        progress: rule.code.len() + rule.group_guards.len() + 1 - failed.len(),
+        total: rule.code.len() + rule.group_guards.len() + 1,
+        bindings,
+        failed,
+    })
 }
 
 /// Why a closed gate is closed: per scanned node, the first failing part, with its values.

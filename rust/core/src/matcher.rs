@@ -215,6 +215,45 @@ impl Matcher {
     /// slots, in graph order). Succeeds only at the group's first member, so each group is found once.
     pub fn try_match_group(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Option<Vec<Vec<usize>>> {
         let group = rule.group.as_ref()?;
+        let members = self.collect_members(rule, graph, params, root, Some(group.max))?;
+        if members.len() < group.min || members.len() > group.max || members[0][0] != root {
+            return None;
+        }
+        let env = Env::for_group(graph, &members, &group.per_member, params);
+        for guard in &rule.group_guards {
+            if let Instr::Guard { expr, .. } = guard {
+                if env.truth(expr) != Ok(true) {
+                    return None;
+                }
+            }
+        }
+        Some(members)
+    }
+
+    /// For explain: the members of the group at `root` (when `root` is its first member), and which of
+    /// the group's checks fail: the size, then each group guard by index.
+    pub fn explain_group(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Option<(Vec<Vec<usize>>, bool, Vec<usize>)> {
+        let group = rule.group.as_ref()?;
+        let members = self.collect_members(rule, graph, params, root, None)?;
+        if members.first().map(|m| m[0]) != Some(root) {
+            return None;
+        }
+        let size_ok = (group.min..=group.max).contains(&members.len());
+        let env = Env::for_group(graph, &members, &group.per_member, params);
+        let failed = rule
+            .group_guards
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| matches!(g, Instr::Guard { expr, .. } if env.truth(expr) != Ok(true)))
+            .map(|(k, _)| k)
+            .collect();
+        Some((members, size_ok, failed))
+    }
+
+    /// Every node that matches the code with `root`'s shared slots, in graph order (None if `root` does
+    /// not match, or if there are more than `limit`).
+    fn collect_members(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize, limit: Option<usize>) -> Option<Vec<Vec<usize>>> {
+        let group = rule.group.as_ref()?;
         if !self.try_match(rule, graph, params, root) {
             return None;
         }
@@ -239,23 +278,12 @@ impl Matcher {
             self.slots[0] = c;
             if self.run(rule, graph, params, 0, &mut Strict) {
                 members.push(self.slots.clone());
-                if members.len() > group.max {
-                    return None;
+                if limit.is_some_and(|l| members.len() > l) {
+                    break;
                 }
             }
         }
         self.preset.fill(false);
-        if members.len() < group.min || members.first().map(|m| m[0]) != Some(root) {
-            return None;
-        }
-        let env = Env::for_group(graph, &members, &group.per_member, params);
-        for guard in &rule.group_guards {
-            if let Instr::Guard { expr, .. } = guard {
-                if env.truth(expr) != Ok(true) {
-                    return None;
-                }
-            }
-        }
         Some(members)
     }
 
