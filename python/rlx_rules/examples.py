@@ -69,3 +69,48 @@ def bert_encoder(layers: int = 2, batch: int = 1, seq: int = 8, hidden: int = 76
         res2 = b.add("Add", [down, h1], shape=act + [hidden])
         x = b.add("LayerNorm", [res2, ln2_g, ln2_b], {"axis": -1, "eps": 1e-12}, act + [hidden], name=p + "ln2")
     return b.graph([x])
+
+
+def llama_decoder(layers: int = 2, batch: int = 1, seq: int = 8, hidden: int = 64, heads: int = 4,
+                  ffn: int | None = None) -> dict:
+    """A LLaMA-style decoder (embeddings excluded) as graph.json from primitive ops: per layer a pre-norm
+    RmsNorm, three Q/K/V MatMuls sharing the normed input, NeoX Rope on Q and K, causal Attention, an
+    output MatMul and residual Add, then RmsNorm and a SwiGLU FFN (Silu(x W_gate) * (x W_up)) W_down with a
+    residual Add; after the last layer a final RmsNorm flattened to [batch * seq, hidden] for the LM head."""
+    ffn = ffn or 3 * hidden
+    if hidden % heads or (hidden // heads) % 2:
+        raise ValueError(f"hidden {hidden} / heads {heads} must give an even head_dim")
+    head_dim = hidden // heads
+    b = _Builder(f"llama_decoder_{layers}l")
+    act = [batch, seq]
+    x = b.add("Input", shape=act + [hidden], name="hidden")
+    cos = b.add("Input", shape=[seq, head_dim // 2], name="rope_cos")
+    sin = b.add("Input", shape=[seq, head_dim // 2], name="rope_sin")
+    for i in range(layers):
+        p = f"layer{i}."
+        g1 = b.add("Param", shape=[hidden], name=p + "attn_norm_g")
+        z1 = b.add("Param", shape=[hidden], name=p + "attn_norm_b")
+        h = b.add("RmsNorm", [x, g1, z1], {"axis": -1, "eps": 1e-6}, act + [hidden], name=p + "attn_norm")
+        q, k, v = (b.add("MatMul", [h, b.add("Param", shape=[hidden, hidden], name=p + f"w{n}")],
+                         shape=act + [hidden], name=p + n) for n in "qkv")
+        rq, rk = (b.add("Rope", [t, cos, sin], {"head_dim": head_dim, "n_rot": head_dim, "style": "NeoX"},
+                        act + [hidden], name=p + f"rope_{n}") for t, n in ((q, "q"), (k, "k")))
+        attn = b.add("Attention", [rq, rk, v], {"num_heads": heads, "head_dim": head_dim, "mask_kind": "Causal",
+                                                "score_scale": None, "attn_logit_softcap": None},
+                     act + [hidden], name=p + "attn")
+        o = b.add("MatMul", [attn, b.add("Param", shape=[hidden, hidden], name=p + "wo")], shape=act + [hidden])
+        x = b.add("Add", [x, o], shape=act + [hidden], name=p + "attn_residual")
+        g2 = b.add("Param", shape=[hidden], name=p + "ffn_norm_g")
+        z2 = b.add("Param", shape=[hidden], name=p + "ffn_norm_b")
+        h2 = b.add("RmsNorm", [x, g2, z2], {"axis": -1, "eps": 1e-6}, act + [hidden], name=p + "ffn_norm")
+        gate = b.add("MatMul", [h2, b.add("Param", shape=[hidden, ffn], name=p + "w_gate")], shape=act + [ffn])
+        up = b.add("MatMul", [h2, b.add("Param", shape=[hidden, ffn], name=p + "w_up")], shape=act + [ffn])
+        mul = b.add("Mul", [b.add("Silu", [gate], shape=act + [ffn]), up], shape=act + [ffn], name=p + "swiglu")
+        down = b.add("MatMul", [mul, b.add("Param", shape=[ffn, hidden], name=p + "w_down")], shape=act + [hidden])
+        x = b.add("Add", [x, down], shape=act + [hidden], name=p + "ffn_residual")
+    g = b.add("Param", shape=[hidden], name="final_norm_g")
+    z = b.add("Param", shape=[hidden], name="final_norm_b")
+    n = b.add("RmsNorm", [x, g, z], {"axis": -1, "eps": 1e-6}, act + [hidden], name="final_norm")
+    flat = [batch * seq, hidden] if isinstance(batch, int) and isinstance(seq, int) else [-1, hidden]
+    out = b.add("Reshape", [n], {"new_shape": flat}, flat, name="flat")
+    return b.graph([out])

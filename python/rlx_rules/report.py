@@ -42,6 +42,15 @@ class Report:
         """With explain on: why rules did not fire (see RuleSet.explain)."""
         return self.data.get("near_misses", [])
 
+    def fusion_summary(self) -> str:
+        """RLX-style: node counts before and after, each fused op's count, and the rules that fired."""
+        d = self.data
+        fused = {op: n for op, n in d["ops_after"].items() if op.startswith("Fused") and n}
+        fired = [f"{r['name']} x{r['fired']}" for p in self.phases for r in p["rules"] if r["fired"]]
+        return (f"fusion: {d['nodes_before']} -> {d['nodes_after']} nodes; "
+                + (", ".join(f"{op} x{n}" for op, n in sorted(fused.items())) or "no fused ops")
+                + "; fired: " + (", ".join(fired) or "none"))
+
     def fired(self, rule: str) -> int:
         return self.rules[rule]["fired"]
 
@@ -72,6 +81,7 @@ class Report:
                 if r.get("first_refusal"):
                     lines.append(f"    first refusal: {r['first_refusal']}")
         lines.append(f"nodes: {d['nodes_before']} -> {d['nodes_after']} ({d['rewrites']} rewrites, {d['time_ms']:.1f} ms)")
+        lines.append(self.fusion_summary())
         if self.near_misses:
             lines.append("near misses (rules that fired zero times):")
             lines.extend("  " + line for record in self.near_misses for line in format_miss(record).splitlines())
