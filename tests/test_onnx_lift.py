@@ -1,0 +1,263 @@
+"""ONNX lifting rules (rules/onnx/default.rlxr): corpus models fuse and still match ONNX Runtime; synthetic near misses stay unfused."""
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import rlx_rules  # noqa: E402
+import rlx_rules.onnx_ops  # noqa: E402,F401 - interpreter semantics of ONNX-only ops
+from rlx_rules.interpret import load_weights  # noqa: E402
+from rlx_rules.onnx_import import import_onnx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+RULES = ROOT / "python" / "rlx_rules" / "rules" / "onnx" / "default.rlxr"
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return rlx_rules.load_rules(RULES)
+
+
+def ort_run(model_or_path, feed):
+    data = model_or_path if isinstance(model_or_path, (str, Path)) else model_or_path.SerializeToString()
+    sess = ort.InferenceSession(str(data) if isinstance(data, Path) else data, providers=["CPUExecutionProvider"])
+    return sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()}), [i.name for i in sess.get_inputs()]
+
+
+def lift(rules, model, tmp_path, name="m"):
+    path = tmp_path / f"{name}.graph.json"
+    graph = import_onnx(model, str(path))
+    out, report = rules.apply(graph)
+    return graph, out, report, load_weights(rlx_rules.load_graph(str(path)))
+
+
+def ops(graph):
+    return collections.Counter(n.op for n in graph.nodes)
+
+
+# ---- the corpus -----------------------------------------------------------------------------------------------
+# file -> (attention blocks as FusedAttentionBlock, as plain Attention, other fused ops that must appear)
+EXPECTED = {
+    "bert": (2, 0, {"FusedMatMulBiasAct": 5, "FusedResidualLN": 5}),
+    "bert.dynamo": (2, 0, {"FusedMatMulBiasAct": 5, "FusedResidualLN": 5}),
+    "gpt2": (2, 0, {"FusedMatMulBiasAct": 4, "GeluApprox": 2}),
+    "gpt2.dynamo": (2, 0, {"FusedMatMulBiasAct": 4, "GeluApprox": 2}),
+    "llama": (0, 2, {"RmsNorm": 5, "FusedSwiGLU": 2}),
+    "llama.dynamo": (0, 2, {"RmsNorm": 4, "FusedResidualRmsNorm": 1, "FusedSwiGLU": 2}),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_corpus_lifts_and_matches_onnxruntime(rules, tmp_path, name):
+    path = CORPUS / f"{name}.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    feed = dict(np.load(CORPUS / f"{name.split('.')[0]}.inputs.npz"))
+    ref, names = ort_run(path, feed)
+    graph, out, report, weights = lift(rules, str(path), tmp_path, name)
+    counts = ops(out)
+    blocks, attn, others = EXPECTED[name]
+    assert counts["FusedAttentionBlock"] == blocks, counts
+    assert counts["Attention"] == attn, counts
+    for op, n in others.items():
+        assert counts[op] == n, (op, counts)
+    # nothing of the decomposed attention is left
+    assert counts["Softmax"] == 0 and counts["Erf"] == 0 and counts["Gemm"] == 0, counts
+    got = rlx_rules.run(out, {k: feed[k] for k in names}, weights)
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(np.asarray(a), b, atol=1e-4, rtol=1e-4)
+
+
+# ---- synthetic attention blocks --------------------------------------------------------------------------------
+B, S, H, D = 1, 8, 2, 16
+HD = H * D
+
+
+def const(name, value, dtype=np.float32):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+
+
+def attention_model(*, scale=D ** -0.5, out_perm=(0, 2, 1, 3), out_shape=(B, S, HD), mask="where", fill=-3.4028235e38,
+                    sdpa=False, div=False, gqa=False, seed=0):
+    """A BERT-style attention block: Q/K/V projections with bias, per-head Reshape/Transpose, scores, mask, softmax,
+    output projection. `sdpa` scales Q and Kᵀ separately and guards the softmax with IsNaN/Where."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def w(name, shape):
+        inits.append(numpy_helper.from_array((0.2 * rng.standard_normal(shape)).astype(np.float32), name))
+        return name
+
+    kv_heads = 1 if gqa else H
+    for p, heads in (("q", H), ("k", kv_heads), ("v", kv_heads)):
+        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, heads * D))], [f"{p}_mm"]),
+                  helper.make_node("Add", [f"{p}_mm", w(f"b{p}", (heads * D,))], [f"{p}_lin"]),
+                  const(f"{p}_shape", [B, S, heads, D], np.int64),
+                  helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"])]
+    if gqa:  # repeat the single K/V head H times: Unsqueeze, Expand, Reshape (HF's repeat_kv)
+        for p in ("k", "v"):
+            nodes += [helper.make_node("Transpose", [f"{p}_4"], [f"{p}_t1"], perm=[0, 2, 1, 3]),
+                      const(f"{p}_ax", [2], np.int64),
+                      helper.make_node("Unsqueeze", [f"{p}_t1", f"{p}_ax"], [f"{p}_u"]),
+                      const(f"{p}_exp", [B, 1, H, S, D], np.int64),
+                      helper.make_node("Expand", [f"{p}_u", f"{p}_exp"], [f"{p}_e"]),
+                      const(f"{p}_rs", [B, H, S, D], np.int64),
+                      helper.make_node("Reshape", [f"{p}_e", f"{p}_rs"], [f"{p}_h"])]
+        nodes += [helper.make_node("Transpose", ["k_h"], ["kT"], perm=[0, 1, 3, 2]),
+                  helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3])]
+    else:
+        nodes += [helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", ["k_4"], ["kT"], perm=[0, 2, 3, 1]),
+                  helper.make_node("Transpose", ["v_4"], ["v_h"], perm=[0, 2, 1, 3])]
+    if sdpa:
+        r = float(np.sqrt(np.float32(scale)))
+        nodes += [const("c1", r), const("c2", r), helper.make_node("Mul", ["q_h", "c1"], ["q_s"]),
+                  helper.make_node("Mul", ["kT", "c2"], ["k_s"]), helper.make_node("MatMul", ["q_s", "k_s"], ["scaled"])]
+    else:
+        nodes += [helper.make_node("MatMul", ["q_h", "kT"], ["scores"])]
+        if div:
+            nodes += [const("c", 1.0 / scale), helper.make_node("Div", ["scores", "c"], ["scaled"])]
+        else:
+            nodes += [const("c", scale), helper.make_node("Mul", ["scores", "c"], ["scaled"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, HD])]
+    if mask == "where":
+        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [B, S]))
+        nodes += [helper.make_node("Cast", ["attention_mask"], ["am_b"], to=TensorProto.BOOL),
+                  const("am_axes", [1, 2], np.int64),
+                  helper.make_node("Unsqueeze", ["am_b", "am_axes"], ["keep"]),
+                  const("zero", 0.0), const("fill", fill),
+                  helper.make_node("Where", ["keep", "zero", "fill"], ["add_mask"]),
+                  helper.make_node("Add", ["scaled", "add_mask"], ["masked"])]
+        sm_in = "masked"
+    else:
+        sm_in = "scaled"
+    nodes.append(helper.make_node("Softmax", [sm_in], ["probs"], axis=-1))
+    if sdpa:
+        nodes += [helper.make_node("IsNaN", ["probs"], ["nan"]), const("gz", 0.0),
+                  helper.make_node("Where", ["nan", "gz", "probs"], ["probs2"])]
+        probs = "probs2"
+    else:
+        probs = "probs"
+    nodes += [helper.make_node("MatMul", [probs, "v_h"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=list(out_perm)),
+              const("out_shape", list(out_shape), np.int64),
+              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_3"]),
+              helper.make_node("MatMul", ["ctx_3", w("Wo", (out_shape[-1], HD))], ["o_mm"]),
+              helper.make_node("Add", ["o_mm", w("bo", (HD,))], ["y"])]
+    graph = helper.make_graph(nodes, "attn", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def feed_for(model, pad=2, seed=1):
+    rng = np.random.default_rng(seed)
+    feed = {"x": rng.standard_normal((B, S, HD)).astype(np.float32)}
+    if any(i.name == "attention_mask" for i in model.graph.input):
+        m = np.ones((B, S), dtype=np.int64)
+        m[:, S - pad:] = 0
+        feed["attention_mask"] = m
+    return feed
+
+
+def check(rules, tmp_path, model, *, blocks, attention, feed=None):
+    feed = feed or feed_for(model)
+    ref, names = ort_run(model, feed)
+    _, out, report, weights = lift(rules, model, tmp_path)
+    counts = ops(out)
+    assert counts["FusedAttentionBlock"] == blocks, counts
+    assert counts["Attention"] == attention, counts
+    (got,) = rlx_rules.run(out, {k: feed[k] for k in names}, weights)
+    np.testing.assert_allclose(got, ref[0], atol=1e-4, rtol=1e-4)
+    return out, report
+
+
+def test_synthetic_block_fuses(rules, tmp_path):
+    out, _ = check(rules, tmp_path, attention_model(), blocks=1, attention=0)
+    block = next(n for n in out.nodes if n.op == "FusedAttentionBlock")
+    assert (block.attrs["num_heads"], block.attrs["head_dim"]) == (H, D)
+
+
+def test_div_scale_and_no_mask(rules, tmp_path):
+    check(rules, tmp_path, attention_model(div=True), blocks=1, attention=0)
+    out, _ = check(rules, tmp_path, attention_model(mask=None), blocks=0, attention=1)
+    assert next(n for n in out.nodes if n.op == "Attention").attrs["mask_kind"] == "None"
+
+
+def test_fully_masked_row_keeps_values(rules, tmp_path):
+    model = attention_model()
+    feed = feed_for(model, pad=S)  # every key masked: the model and RLX both give a uniform row
+    check(rules, tmp_path, model, blocks=1, attention=0, feed=feed)
+
+
+def test_sdpa_split_scale_with_finite_fill_fuses(rules, tmp_path):
+    check(rules, tmp_path, attention_model(sdpa=True), blocks=1, attention=0)
+
+
+def test_sdpa_minus_inf_fill_is_left_unfused_and_explained(rules, tmp_path):
+    model = attention_model(sdpa=True, fill=-np.inf)
+    feed = feed_for(model, pad=S)  # whole rows masked: the IsNaN guard makes them 0, RLX would make them uniform
+    _, out, _, _ = lift(rules, model, tmp_path)
+    assert ops(out)["Attention"] == 0 and ops(out)["FusedAttentionBlock"] == 0
+    check(rules, tmp_path, model, blocks=0, attention=0, feed=feed)
+    graph = import_onnx(model, str(tmp_path / "inf.graph.json"))
+    (miss,) = rules.explain(graph, rule="attention_custom_mask_nan_guard")
+    text = str(miss)
+    assert "fill.value" in text and "-inf" in text, text
+
+
+def test_wrong_scale_not_lifted(rules, tmp_path):
+    check(rules, tmp_path, attention_model(scale=0.2), blocks=0, attention=0)
+    graph = import_onnx(attention_model(scale=0.2), str(tmp_path / "s.graph.json"))
+    (miss,) = rules.explain(graph, rule="attention_custom_mask")
+    assert "c.value" in str(miss)
+
+
+def test_wrong_output_permutation_not_lifted(rules, tmp_path):
+    # heads merged as [B, S, D, H] instead of [B, S, H, D]: a different tensor, so no Attention
+    check(rules, tmp_path, attention_model(out_perm=(0, 2, 3, 1)), blocks=0, attention=0)
+
+
+def test_heads_not_merged_back_not_lifted(rules, tmp_path):
+    # the output reshape is not [B, S, H*D] (here [B, S*H, D]): Attention's output layout would differ
+    check(rules, tmp_path, attention_model(out_shape=(B, S * H, D)), blocks=0, attention=0)
+
+
+def test_gqa_repeat_becomes_attention_but_not_a_block(rules, tmp_path):
+    out, _ = check(rules, tmp_path, attention_model(gqa=True), blocks=0, attention=1)
+    assert ops(out)["Expand"] == 2  # K/V repeats stay explicit
+
+
+def test_rms_norm_and_gelu_near_misses(rules, tmp_path):
+    """erf GELU with a wrong constant and RMSNorm over a non-last axis stay as they are."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])
+    nodes = [const("s2", 1.5), helper.make_node("Div", ["x", "s2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             const("one", 1.0), helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             const("half", 0.5), helper.make_node("Mul", ["m", "half"], ["g"]),
+             const("two", 2.0), helper.make_node("Pow", ["g", "two"], ["p"]),
+             helper.make_node("ReduceMean", ["p"], ["ms"], axes=[1], keepdims=1),
+             const("eps", 1e-6), helper.make_node("Add", ["ms", "eps"], ["ae"]), helper.make_node("Sqrt", ["ae"], ["sq"]),
+             helper.make_node("Reciprocal", ["sq"], ["inv"]), helper.make_node("Mul", ["g", "inv"], ["n"]),
+             helper.make_node("Mul", ["n", "gamma"], ["y"])]
+    gamma = numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "gamma")
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                                [gamma]), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model)
+    _, out, _, weights = lift(rules, model, tmp_path)
+    counts = ops(out)
+    assert counts["Gelu"] == 0 and counts["RmsNorm"] == 0, counts
+    feed = {"x": np.random.default_rng(0).standard_normal((2, 4, 8)).astype(np.float32)}
+    ref, _ = ort_run(model, feed)
+    (got,) = rlx_rules.run(out, feed, weights)
+    np.testing.assert_allclose(got, ref[0], atol=1e-5, rtol=1e-5)
