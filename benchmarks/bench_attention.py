@@ -30,6 +30,9 @@ from rlx_rules import kernels as K  # noqa: E402
 
 SHAPES_BS = [(1, 8), (1, 16), (1, 64), (4, 16), (1, 128), (1, 512), (8, 128)]
 MODELS = [(768, 12), (384, 6)]
+# Extra rows for the "H=384 and smaller, at 8 to 16 tokens" target.
+SMALL_MODELS = [(256, 4), (128, 2)]
+SMALL_SHAPES_BS = [(1, 8), (1, 16)]
 
 
 # ---------------------------------------------------------------- contenders
@@ -200,16 +203,17 @@ def bench(args) -> None:
     print(f"# load average before: {os.getloadavg()}")
     rng = np.random.default_rng(0)
     roof = {}
-    models = [(h, nh) for h, nh in MODELS if h in args.hidden]
     shapes = [tuple(int(v) for v in bs.split("x")) for bs in args.bs]
-    for h, _ in models:
+    models = [(h, nh, shapes) for h, nh in MODELS if h in args.hidden]
+    models += [(h, nh, [bs for bs in SMALL_SHAPES_BS if bs in shapes]) for h, nh in SMALL_MODELS if h in args.hidden]
+    for h, _, _ in models:
         wbytes = 4 * (4 * h * h + 4 * h)
         for t in args.threads:
             roof[(h, t)] = _native.machine_roofline(wbytes, t)
             bw, peak = roof[(h, t)]
             print(f"# roofline H={h} threads={t}: read bandwidth {bw / 1e9:.1f} GB/s over {wbytes / 2**20:.1f} MiB of weights, peak {peak / 1e9:.1f} GFLOP/s")
     rows = []
-    for h, nh in models:
+    for h, nh, model_shapes in models:
         qkv_w = (rng.standard_normal((h, 3 * h)) / np.sqrt(h)).astype(np.float32)
         out_w = (rng.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
         qkv_b = (rng.standard_normal(3 * h) * 0.1).astype(np.float32)
@@ -219,7 +223,7 @@ def bench(args) -> None:
         for t in args.threads:
             threads_ctl.set(t)
             ort_run = make_ort(h, nh, qkv_w, qkv_b, out_w, out_b, t) if have_ort else None
-            for b, s in shapes:
+            for b, s in model_shapes:
                 x = rng.standard_normal((b, s, h), dtype=np.float32)
                 mask = np.ones((b, s), np.float32)
                 mask[0, s - s // 4 :] = 0.0  # a padded tail
@@ -295,7 +299,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=50, help="most rounds (of 4 timed calls per contender) per shape")
     parser.add_argument("--budget", type=float, default=4.0, help="seconds per shape before stopping early (at least 8 rounds)")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[h for h, _ in MODELS], help="subset of hidden sizes (768, 384)")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[h for h, _ in MODELS + SMALL_MODELS], help="subset of hidden sizes (768, 384, 256, 128)")
     parser.add_argument("--bs", nargs="+", default=[f"{b}x{s}" for b, s in SHAPES_BS], help="subset of BxS shapes, e.g. 1x8 8x128")
     parser.add_argument("--quick", action="store_true", help="rounds=40, budget=1 s")
     parser.add_argument("--threshold", action="store_true", help="measure the small-work threshold instead")
