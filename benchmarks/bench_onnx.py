@@ -46,7 +46,6 @@ def stack_bert(n_layers: int, out_path: str, src: Path = CORPUS / "bert.onnx") -
     model = onnx.load(str(src))
     g = model.graph
     layer = [nd for nd in g.node if "/encoder/layer.0/" in nd.name]
-    others = [nd for nd in g.node if "/encoder/layer." not in nd.name]
     produced = {o for nd in layer for o in nd.output}
     inits = {t.name: t for t in g.initializer}
     consumed = [i for nd in layer for i in nd.input if i and i not in produced]
@@ -72,13 +71,14 @@ def stack_bert(n_layers: int, out_path: str, src: Path = CORPUS / "bert.onnx") -
             c.name = ren[t]
             new_inits.append(c)
         cur = ren[last_ln]
+    # nodes outside the layers: before the last layer node in ONNX's (topological) order, or after it
+    last = max(k for k, nd in enumerate(g.node) if "/encoder/layer." in nd.name)
+    head = [nd for k, nd in enumerate(g.node) if k < last and "/encoder/layer." not in nd.name]
     tail = []
-    for nd in others:
-        if any(i == all_layer_out for i in nd.input):
-            c = copy.deepcopy(nd)
-            c.input[:] = [cur if i == all_layer_out else i for i in nd.input]
-            tail.append(c)
-    head = [nd for nd in others if not any(i == all_layer_out for i in nd.input)]
+    for nd in list(g.node)[last + 1:]:
+        c = copy.deepcopy(nd)
+        c.input[:] = [cur if i == all_layer_out else i for i in nd.input]
+        tail.append(c)
     outputs = []
     for o in g.output:
         c = copy.deepcopy(o)
