@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from . import _native
+from .analyze import analyze
 from .check import check
 from .compile import compile_program
 from .errors import Diagnostic
@@ -100,8 +101,9 @@ def compile_rules(paths: Sequence[PathLike], *, params: Optional[Mapping[str, ob
     registry = registry or builtin_registry()
     files, sources = parse_files([os.fspath(p) for p in paths])
     checked = check(files, sources, registry)
+    warnings = checked.warnings + analyze(checked, registry, sources)
     program = compile_program(checked, registry, sources)
-    return RuleSet(program, checked.warnings, params)
+    return RuleSet(program, warnings, params)
 
 
 def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mapping[str, object]] = None,
@@ -120,7 +122,8 @@ def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mappi
         raise RuleError([Diagnostic(includes[0].loc, "include needs a rule file on disk; use compile_rules(paths)",
                                     source_line=text.splitlines()[includes[0].loc.line - 1])])
     checked = check([parsed], {filename: text}, registry)
-    return RuleSet(compile_program(checked, registry, {filename: text}), checked.warnings, params)
+    warnings = checked.warnings + analyze(checked, registry, {filename: text})
+    return RuleSet(compile_program(checked, registry, {filename: text}), warnings, params)
 
 
 def load_rules(*paths: PathLike, params: Optional[Mapping[str, object]] = None) -> RuleSet:

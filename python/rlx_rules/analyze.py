@@ -1,0 +1,278 @@
+"""Static checks on a whole rule set: overlapping rules, shadowed rules, and phases that may not terminate.
+
+All three are warnings (errors with `rlx-rules check --strict`), each naming the rules and their locations.
+
+- Overlap: two rules in the same phase and priority whose patterns can match the same root. The
+  first one declared wins. No warning is given when the guards tell the rules apart: disjoint sets
+  or ranges, or null against non-null, required of the same attribute at the same position.
+- Shadowing: an earlier rule of the same phase that has no guards and matches everything a later
+  rule matches. The later rule can never fire (unless the engine refuses the earlier rule's
+  rewrite as unsafe).
+- Termination: within a phase, a cycle of rules where each one replaces its root with the op that
+  the next one roots at, so that they can keep undoing each other. At run time the iteration cap
+  stops such a phase, and the report says "cap reached".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import ast
+from .check import CheckedRules, RuleScope, pattern_children
+from .errors import Diagnostic
+
+MAX_DEPTH = 8
+
+
+@dataclass
+class Allowed:
+    """What one attribute at one position may be: a finite set, an int interval, and null-ness."""
+
+    values: Optional[frozenset] = None  # None: any value
+    low: float = float("-inf")
+    high: float = float("inf")
+    null: Optional[bool] = None  # True: must be null; False: must not be null; None: either
+
+    def disjoint(self, other: "Allowed") -> bool:
+        if self.null is not None and other.null is not None and self.null != other.null:
+            return True
+        if self.values is not None and other.values is not None and not (self.values & other.values):
+            return True
+        lo, hi = max(self.low, other.low), min(self.high, other.high)
+        if lo > hi:
+            return True
+        for a, b in ((self, other), (other, self)):
+            if a.values is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                            and not b.low <= v <= b.high for v in a.values):
+                return True
+        return False
+
+
+@dataclass
+class PNode:
+    """A pattern position: the ops it may have (None: any node), its operands, attribute constraints."""
+
+    ops: Optional[frozenset]
+    commutative: bool = False
+    children: list["PNode"] = field(default_factory=list)
+    attrs: dict[str, Allowed] = field(default_factory=dict)
+
+
+def _literal(e: ast.Expr, scope: RuleScope) -> tuple[bool, object]:
+    if isinstance(e, ast.Lit):
+        return True, e.value
+    if isinstance(e, ast.UnaryOp) and e.op == "-" and isinstance(e.operand, ast.Lit) \
+            and isinstance(e.operand.value, (int, float)):
+        return True, -e.operand.value
+    if isinstance(e, ast.Name) and e.id not in scope.slots and e.id not in scope.lets:
+        return True, e.id  # an enum value (the checker verified it)
+    if isinstance(e, ast.Name) and e.id in scope.lets:
+        return _literal(scope.lets[e.id].value, scope)
+    return False, None
+
+
+def _conjuncts(e: ast.Expr) -> list[ast.Expr]:
+    if isinstance(e, ast.BinOp) and e.op == "and":
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
+def _attr_of(e: ast.Expr, scope: RuleScope) -> Optional[tuple[str, str]]:
+    if isinstance(e, ast.GetAttr) and isinstance(e.obj, ast.Name) and e.obj.id in scope.slots:
+        return e.obj.id, e.attr
+    return None
+
+
+def _constraints(scope: RuleScope) -> dict[tuple[str, str], Allowed]:
+    """(binding, attribute) -> what the rule requires of it, from inline constraints and where clauses."""
+    out: dict[tuple[str, str], Allowed] = {}
+
+    def narrow(key, update):
+        allowed = out.setdefault(key, Allowed())
+        update(allowed)
+
+    for name, slot in scope.slots.items():
+        if slot.pattern is None:
+            continue
+        for c in slot.pattern.constraints:
+            if c.value is not None:
+                ok, v = _literal(c.value, scope)
+                if ok:
+                    narrow((name, c.attr), lambda a, v=v: _require_value(a, v))
+            else:
+                lits = [_literal(x, scope) for x in c.choices]
+                if all(ok for ok, _ in lits):
+                    narrow((name, c.attr), lambda a, vs=frozenset(v for _, v in lits): _require_set(a, vs))
+    for w in scope.rule.wheres:
+        for part in _conjuncts(w.cond):
+            if isinstance(part, ast.IsNull) and (key := _attr_of(part.value, scope)):
+                narrow(key, lambda a, n=not part.negated: setattr(a, "null", n))
+            elif isinstance(part, ast.InSet) and not part.negated and (key := _attr_of(part.value, scope)):
+                lits = [_literal(x, scope) for x in part.items]
+                if all(ok for ok, _ in lits):
+                    narrow(key, lambda a, vs=frozenset(v for _, v in lits): _require_set(a, vs))
+            elif isinstance(part, ast.BinOp) and part.op in ("==", "<", "<=", ">", ">="):
+                left, right, op = part.left, part.right, part.op
+                if not _attr_of(left, scope):
+                    left, right = right, left
+                    op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+                key = _attr_of(left, scope)
+                ok, v = _literal(right, scope)
+                if not key or not ok:
+                    continue
+                if op == "==":
+                    narrow(key, lambda a, v=v: _require_value(a, v))
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    narrow(key, lambda a, op=op, v=v: _require_range(a, op, v))
+    return out
+
+
+def _require_value(a: Allowed, v: object) -> None:
+    if v is None:
+        a.null = True
+    else:
+        _require_set(a, frozenset([v]))
+        a.null = False
+
+
+def _require_set(a: Allowed, vs: frozenset) -> None:
+    a.values = vs if a.values is None else a.values & vs
+    if None in vs and len(vs) == 1:
+        a.null = True
+
+
+def _require_range(a: Allowed, op: str, v: float) -> None:
+    step = 1 if isinstance(v, int) else 0
+    if op == "<":
+        a.high = min(a.high, v - step)
+    elif op == "<=":
+        a.high = min(a.high, v)
+    elif op == ">":
+        a.low = max(a.low, v + step)
+    else:
+        a.low = max(a.low, v)
+
+
+def pattern_tree(scope: RuleScope, registry) -> Optional[PNode]:
+    if not scope.roots:
+        return None
+    children = pattern_children(scope)
+    constraints = _constraints(scope)
+
+    def build(name: str, depth: int) -> PNode:
+        slot = scope.slots.get(name)
+        if name == "_" or slot is None or slot.pattern is None or depth > MAX_DEPTH:
+            return PNode(None)
+        ops = frozenset(slot.pattern.ops)
+        commutative = all((spec := registry.get(op)) is not None and spec.commutative for op in ops)
+        node = PNode(ops, commutative and len(children[name]) == 2)
+        node.children = [build(c, depth + 1) for c in children[name]]
+        node.attrs = {attr: allowed for (n, attr), allowed in constraints.items() if n == name}
+        return node
+
+    return build(scope.roots[0], 0)
+
+
+def can_overlap(a: PNode, b: PNode) -> bool:
+    """Whether some node could match both patterns (ignoring guards other than attribute constraints)."""
+    if a.ops is None or b.ops is None:
+        return True
+    if not (a.ops & b.ops) or len(a.children) != len(b.children):
+        return False
+    for attr in a.attrs.keys() & b.attrs.keys():
+        if a.attrs[attr].disjoint(b.attrs[attr]):
+            return False
+    pairs = [list(zip(a.children, b.children))]
+    if a.commutative and b.commutative:
+        pairs.append(list(zip(a.children, reversed(b.children))))
+    return any(all(can_overlap(x, y) for x, y in p) for p in pairs)
+
+
+def subsumes(general: PNode, specific: PNode) -> bool:
+    """Whether every node matching `specific` also matches `general` (which has no attribute constraints)."""
+    if general.ops is None:
+        return True
+    if general.attrs or specific.ops is None or not specific.ops <= general.ops:
+        return False
+    if len(general.children) != len(specific.children):
+        return False
+    return all(subsumes(g, s) for g, s in zip(general.children, specific.children))
+
+
+def _has_guards(scope: RuleScope) -> bool:
+    r = scope.rule
+    return bool(r.wheres or r.gates or any(s.pattern is not None and s.pattern.constraints
+                                            for s in scope.slots.values()) or scope.group is not None)
+
+
+def _uses_names_twice(scope: RuleScope) -> bool:
+    """A repeated name is a same-node constraint that pattern trees do not model."""
+    children = pattern_children(scope)
+    refs = [c for cs in children.values() for c in cs if c != "_"]
+    return len(refs) != len(set(refs))
+
+
+def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Diagnostic]:
+    def line(loc):
+        text = sources.get(loc.file)
+        if text is None:
+            return None
+        lines = text.splitlines()
+        return lines[loc.line - 1] if 0 < loc.line <= len(lines) else None
+
+    warnings: list[Diagnostic] = []
+    order = {id(s): i for i, s in enumerate(checked.rules)}
+    for phase in checked.phases:
+        members = sorted((s for s in checked.rules if s.phase == phase.name),
+                         key=lambda s: (-s.rule.priority, order[id(s)]))
+        trees = {id(s): pattern_tree(s, registry) for s in members}
+        for i, first in enumerate(members):
+            for later in members[i + 1:]:
+                a, b = trees[id(first)], trees[id(later)]
+                if a is None or b is None:
+                    continue
+                if not _has_guards(first) and not _uses_names_twice(first) and subsumes(a, b):
+                    warnings.append(Diagnostic(later.rule.loc, (
+                        f"rule {later.rule.name!r} is shadowed: {first.rule.name!r} ({first.rule.loc}) runs first in "
+                        f"phase {phase.name!r}, has no guards and matches everything it matches"),
+                        "warning", line(later.rule.loc)))
+                elif first.rule.priority == later.rule.priority and can_overlap(a, b):
+                    warnings.append(Diagnostic(later.rule.loc, (
+                        f"rules {first.rule.name!r} ({first.rule.loc}) and {later.rule.name!r} overlap: both can match "
+                        f"the same root in phase {phase.name!r} at priority {first.rule.priority}; "
+                        f"{first.rule.name!r} is tried first (give one a priority, or guards that tell them apart)"),
+                        "warning", line(later.rule.loc)))
+        warnings.extend(_termination(phase, members, line))
+    return warnings
+
+
+def _termination(phase, members: list[RuleScope], line) -> list[Diagnostic]:
+    """Cycles of rules whose replacing op is the next rule's root op."""
+    root_ops = {s.rule.name: set(s.slots[s.roots[0]].pattern.ops) for s in members if s.roots}
+    makes = {s.rule.name: {item.node.op for item in s.rewrite.items if item.replaces}
+             for s in members if s.rewrite is not None}
+    feeds = {a: sorted(b for b in root_ops if makes.get(a, set()) & root_ops[b]) for a in root_ops}
+    found, seen_cycles = [], set()
+
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for nxt in feeds.get(node, ()):
+            if nxt == start:
+                cycle = tuple(sorted(path))
+                if cycle not in seen_cycles:
+                    seen_cycles.add(cycle)
+                    found.append(path + [start])
+            elif nxt not in path and len(path) < 8:
+                walk(start, nxt, path + [nxt])
+
+    for name in root_ops:
+        walk(name, name, [name])
+    by_name = {s.rule.name: s for s in members}
+    out = []
+    for cycle in found:
+        head = by_name[cycle[0]]
+        out.append(Diagnostic(head.rule.loc, (
+            f"phase {phase.name!r} may not terminate: {' -> '.join(cycle)} can re-create what the next rule consumes "
+            f"(each replaces its root with the op the next one matches); the iteration cap "
+            f"({phase.max_iterations or 16}) will stop it"), "warning", line(head.rule.loc)))
+    return out
