@@ -180,6 +180,12 @@ impl Pool {
     }
 }
 
+/// Number of cores (logical CPUs) available to this process.
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// The pool for `threads` threads (caller included), started on first use and kept.
 fn pool(threads: usize) -> &'static Pool {
     static POOLS: OnceLock<Mutex<HashMap<usize, &'static Pool>>> = OnceLock::new();
@@ -201,7 +207,11 @@ impl Par {
 
     /// Runs `body` with a `Par` for `threads`, over the pool when the work (in flops) is large
     /// enough to be worth it and the pool is free, else directly on the calling thread.
+    ///
+    /// `threads` is capped at the number of cores: the pool's workers spin between phases, and
+    /// more spinning threads than cores would only steal time from each other.
     pub fn run<R>(threads: usize, flops: f64, body: impl FnOnce(Par) -> R) -> R {
+        let threads = threads.min(cores());
         if threads <= 1 || flops < parallel_min_flops() {
             return body(Par::SERIAL);
         }
@@ -231,6 +241,7 @@ mod tests {
     #[test]
     fn kernels_pool_runs_every_task_once() {
         for threads in [2, 3] {
+            // (3 is capped to the core count where there are fewer cores.)
             // (Serial when another test holds the pool; the result must be the same.)
             Par::run(threads, f64::INFINITY, |par| {
                 for n in [0usize, 1, 2, 7, 1000] {
