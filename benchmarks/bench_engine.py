@@ -5,7 +5,7 @@
     python benchmarks/bench_engine.py --markdown  # also print the tables as Markdown (for BENCHMARKS.md)
 
 Contenders, each run on the same graph.json, alternating within every repeat (order rotated):
-  cli      `rlx-rules apply IN -o OUT -q`, whole process (Python start, rule compile, Rust load/apply/write)
+  cli      `rlx-rules apply IN -r rules/seed.rlxr -o OUT -q`, whole process (Python start, rule compile, Rust load/apply/write)
   api      in-process Python API: Graph.load + rules.apply + write (rules compiled once, before timing)
   py       benchmarks/seed_pass_python.py, whole process (json.load, dict passes, json.dumps)
   rs_hand  seed-pass-rust handwritten, whole process (serde load, hand-written passes, write)
@@ -64,7 +64,9 @@ def main() -> int:
     from rlx_rules.examples import bert_encoder
 
     OUT.mkdir(parents=True, exist_ok=True)
-    rules = rlx_rules.load_rules()
+    # The seed pipeline (FuseMatMulBiasAct + FuseAttentionBlock), the work the hand-written passes do.
+    seed_rules = rlx_rules.bundled_rules_dir() / "seed.rlxr"
+    rules = rlx_rules.load_rules(seed_rules)
     program = OUT / "program.json"
     program.write_text(json.dumps(rules.program))
     if not args.no_build:
@@ -92,7 +94,7 @@ def main() -> int:
         nodes = len(json.loads(src.read_text())["nodes"])
         outs = {c: OUT / f"bert_{n_layers}.{c}.json" for c in CONTENDERS}
         cmds = {
-            "cli": cli_cmd + ["apply", str(src), "-o", str(outs["cli"]), "-q"],
+            "cli": cli_cmd + ["apply", str(src), "-r", str(seed_rules), "-o", str(outs["cli"]), "-q"],
             "py": [sys.executable, str(ROOT / "benchmarks" / "seed_pass_python.py"), str(src), str(outs["py"])],
             "rs_hand": [str(BIN), "handwritten", str(src), str(outs["rs_hand"])],
             "rs_eng": [str(BIN), "engine", str(program), str(src), str(outs["rs_eng"])],

@@ -159,6 +159,11 @@ impl<'a> Env<'a> {
                 }
             }
             Expr::Call(b, args) => self.call(*b, args),
+            Expr::Bin(op @ (BinOp::Eq | BinOp::Ne), l, r) if self.is_json_leaf(l) && self.is_json_leaf(r) => {
+                // attribute-against-literal checks, the most common guards: compare in place, no copies
+                let eq = json_equal(self.json_leaf(l)?, self.json_leaf(r)?)?;
+                Ok(Val::Bool(eq == (*op == BinOp::Eq)))
+            }
             Expr::Bin(BinOp::And, l, r) => Ok(Val::Bool(self.truth(l)? && self.truth(r)?)),
             Expr::Bin(BinOp::Or, l, r) => Ok(Val::Bool(self.truth(l)? || self.truth(r)?)),
             Expr::Bin(op, l, r) => binary(*op, self.eval(l)?, self.eval(r)?),
@@ -181,6 +186,26 @@ impl<'a> Env<'a> {
             }
             Expr::IsNull { value, negated } => Ok(Val::Bool((self.eval(value)? == Val::Null) != *negated)),
             Expr::List(items) => Ok(Val::List(items.iter().map(|x| self.eval(x)).collect::<Result<_, _>>()?)),
+        }
+    }
+
+    fn is_json_leaf(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Lit(_) => true,
+            Expr::Attr(_, of) => matches!(of.as_ref(), Expr::Slot(s) if self.per_member.get(*s) != Some(&true)),
+            _ => false,
+        }
+    }
+
+    fn json_leaf(&self, e: &'a Expr) -> Result<&'a Value, EvalError> {
+        static NULL: Value = Value::Null;
+        match e {
+            Expr::Lit(v) => Ok(v),
+            Expr::Attr(name, of) => match of.as_ref() {
+                Expr::Slot(s) => Ok(self.graph.nodes[self.slots[*s]].attrs.get(name).unwrap_or(&NULL)),
+                _ => fail("not an attribute of a slot"),
+            },
+            _ => fail("not a literal or attribute"),
         }
     }
 
@@ -309,6 +334,21 @@ impl<'a> Env<'a> {
                 other => fail(format!("abs() of a {}", other.kind())),
             },
         }
+    }
+}
+
+/// `equal` on JSON values without converting them; falls back to `equal` for anything but scalars.
+fn json_equal(a: &Value, b: &Value) -> Result<bool, EvalError> {
+    match (a, b) {
+        (Value::Null, Value::Null) => Ok(true),
+        (Value::Null, _) | (_, Value::Null) => Ok(false),
+        (Value::String(x), Value::String(y)) => Ok(x == y),
+        (Value::Bool(x), Value::Bool(y)) => Ok(x == y),
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(p), Some(q)) => Ok(p == q),
+            _ => Ok(x.as_f64() == y.as_f64()),
+        },
+        _ => equal(&Val::from_json(a)?, &Val::from_json(b)?),
     }
 }
 

@@ -88,8 +88,9 @@ impl WorkGraph {
     /// Number of distinct live consumer nodes (graph outputs do not count).
     pub fn uses(&self, i: usize) -> usize {
         let c = &self.consumers[i];
-        if c.len() <= 1 {
-            return c.len();
+        if c.len() <= 16 {
+            // no allocation: a consumer counts once, at its first position
+            return c.iter().enumerate().filter(|&(k, x)| !c[..k].contains(x)).count();
         }
         let mut seen: Vec<usize> = c.clone();
         seen.sort_unstable();
