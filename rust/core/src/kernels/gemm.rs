@@ -1,19 +1,17 @@
 //! Projections `C = A·B + bias`: a register-blocked SIMD micro-kernel over 32-column weight panels, read in place from row-major `[K, N]` weights or from weights packed once into contiguous panels.
 //!
-//! In the regime the fused block targets (few rows, B·S ≤ 64) a projection is bound by reading the
-//! weights once, so the kernel streams each weight panel exactly once and keeps every row of A in
-//! registers' reach (broadcast from L1). Threads split the panels into contiguous ranges, so every
-//! thread streams its own slice of the weights.
+//! In the regime the fused block targets (few rows, B·S ≤ 64) a projection reads every weight once
+//! and does only `2·M` flops per weight, so it is bound by cache bandwidth (M of a few rows) or by
+//! the FMA units: the kernel streams each packed panel exactly once, with an `MR × 32` tile of
+//! accumulators in registers and the rows of A broadcast from L1. Threads split the panels into
+//! contiguous ranges, so every thread streams its own slice of the weights.
 
 use super::par::Par;
-use super::simd::{dispatch, prefetch_read, Isa};
+use super::simd::{dispatch, Isa};
 
 /// Width in floats of one weight panel, the same on every SIMD path so a packed matrix works with
 /// any of them.
 pub const NR: usize = 32;
-
-/// How many weight rows ahead the micro-kernel prefetches.
-const PREFETCH_ROWS: usize = 16;
 
 /// Weights `[K, N]` packed once into `ceil(N / NR)` panels, each `K × NR` contiguous and
 /// zero-padded on the right, plus the bias padded to the same width.
@@ -217,7 +215,7 @@ unsafe fn kouter<S: super::simd::Simd, const MR: usize, const NV: usize>(
                 macro_rules! rows_case {
                     ($($r:literal)*) => {
                         match rows {
-                            $($r if $r <= MR => micro::<S, $r, NV>(kg, a_r, lda, b_k, ldb, bias_p, !first, false, c_r, ldc),)*
+                            $($r if $r <= MR => micro::<S, $r, NV>(kg, a_r, lda, b_k, ldb, bias_p, !first, c_r, ldc),)*
                             _ => unreachable!(),
                         }
                     };
@@ -319,7 +317,7 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
         macro_rules! rows_case {
             ($($r:literal)*) => {
                 match rows {
-                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, false, false, dst, ld),)*
+                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, false, dst, ld),)*
                     _ => unreachable!(),
                 }
             };
@@ -336,7 +334,6 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
 
 /// `C[0..MR, 0..NV·LANES] = A[0..MR, 0..k] · B[0..k, panel] + init` with all accumulators in
 /// registers; `init` is C itself when `accumulate`, else the bias (or zero when it is null).
-/// `prefetch` fetches weight rows ahead by hand (for strided, in-place weights).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
@@ -347,7 +344,6 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     ldb: usize,
     bias: *const f32,
     accumulate: bool,
-    prefetch: bool,
     c: *mut f32,
     ldc: usize,
 ) {
@@ -368,12 +364,6 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     }
     for p in 0..k {
         let brow = b.add(p * ldb);
-        // Weights read in place (ldb = N) defeat the hardware prefetcher: fetch ahead by hand.
-        if prefetch {
-            let ahead = brow.wrapping_add(PREFETCH_ROWS * ldb);
-            prefetch_read(ahead);
-            prefetch_read(ahead.wrapping_add(16));
-        }
         let mut bv = [S::zero(); NV];
         for (v, x) in bv.iter_mut().enumerate() {
             *x = S::load(brow.add(v * S::LANES));

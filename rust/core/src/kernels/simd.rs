@@ -89,18 +89,6 @@ impl Isa {
     }
 }
 
-/// Hints the CPU to bring the cache line holding `p` into L1 (a no-op where unsupported).
-#[inline(always)]
-pub(crate) fn prefetch_read(p: *const f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// Vector operations over `f32` lanes. `max`/`min` follow x86 semantics: when either operand is
 /// NaN the *second* operand is returned, so `max(lo, x)` keeps a NaN `x`.
 ///
