@@ -1044,10 +1044,48 @@ def load_model(model_or_path, *, infer_shapes: bool = True) -> "onnx.ModelProto"
         model = inliner.inline_local_functions(model)
     if infer_shapes and _needs_shape_inference(model):
         try:
-            model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+            model = _infer_shapes_light(model, in_place=isinstance(model_or_path, (str, os.PathLike)) or model is not model_or_path)
         except Exception as e:  # noqa: BLE001 - a model ONNX cannot infer still imports, with fewer shapes
             warnings.warn(f"ONNX shape inference failed ({e}); importing with the shapes the model declares")
     return model
+
+
+_INFER_KEEP_ELEMENTS = 1024  # initializers up to this size keep their values for data propagation
+
+
+def _infer_shapes_light(model: "onnx.ModelProto", in_place: bool = False) -> "onnx.ModelProto":
+    """ONNX shape inference (strict_mode=False, data_prop=True) without serializing the weights: large
+    initializers are passed as typed graph inputs instead (their shapes and dtypes are all inference reads from
+    them; data propagation only needs small shape tensors), and the inferred value info is copied back."""
+    light = onnx.ModelProto()
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    g = light.graph
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    g.input.extend(model.graph.input)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    inputs = {i.name for i in model.graph.input}
+    for t in model.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        if n <= _INFER_KEEP_ELEMENTS:
+            g.initializer.append(t)
+        elif t.name not in inputs:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    out = model
+    if not in_place:  # the caller's ModelProto is left as it was
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(inferred.graph.value_info)
+    del out.graph.output[:]
+    out.graph.output.extend(inferred.graph.output)  # inference fills in the outputs' types too
+    return out
 
 
 def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
