@@ -119,8 +119,8 @@ impl Matcher {
         Matcher { slots: Vec::new(), swapped: Vec::new(), preset: Vec::new() }
     }
 
-    /// Try `rule` with its root bound to arena node `root`. On success, `self.slots` holds the match.
-    pub fn try_match(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> bool {
+    /// Clear the registers for `rule`, with its root bound to `root`.
+    fn start(&mut self, rule: &Rule, root: usize) {
         let n = rule.slot_names.len();
         self.slots.clear();
         self.slots.resize(n, usize::MAX);
@@ -129,6 +129,11 @@ impl Matcher {
         self.preset.clear();
         self.preset.resize(n, false);
         self.slots[0] = root;
+    }
+
+    /// Try `rule` with its root bound to arena node `root`. On success, `self.slots` holds the match.
+    pub fn try_match(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> bool {
+        self.start(rule, root);
         if !rule.root_ops.iter().any(|op| *op == graph.nodes[root].op) {
             return false;
         }
@@ -138,14 +143,7 @@ impl Matcher {
     /// Run `rule`'s code at `root` without stopping at failed guards, and return the best attempt.
     pub fn explain_at(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Attempt {
         let mut observer = Explaining { code_len: rule.code.len(), ..Default::default() };
-        let n = rule.slot_names.len();
-        self.slots.clear();
-        self.slots.resize(n, usize::MAX);
-        self.swapped.clear();
-        self.swapped.resize(n, false);
-        self.preset.clear();
-        self.preset.resize(n, false);
-        self.slots[0] = root;
+        self.start(rule, root);
         self.run(rule, graph, params, 0, &mut observer);
         observer.best.unwrap_or_default()
     }
