@@ -11,6 +11,7 @@ mod write;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::fmt;
 use std::path::Path;
 
@@ -21,10 +22,50 @@ use crate::registry::Registry;
 /// The id of a node, unique within a graph.
 pub type NodeId = u64;
 
+/// A fast hasher for node ids: a per-process random key mixed with splitmix64. SipHash dominated
+/// the cost of indexing large graphs. The random key keeps hostile ids from being chosen to collide.
+#[derive(Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Default for IdHasher {
+    fn default() -> Self {
+        static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        IdHasher(*KEY.get_or_init(|| {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+        }))
+    }
+}
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_add(0x9e37_79b9_7f4a_7c15).rotate_left(23);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// A map keyed by node id (or index), with [`IdHasher`].
+pub type IdMap<V> = HashMap<NodeId, V, BuildHasherDefault<IdHasher>>;
+
 /// The `format` string a graph.json must carry.
 pub const GRAPH_FORMAT: &str = "rlx-graph";
 /// The graph.json `version` this crate reads and writes.
 pub const GRAPH_VERSION: u64 = 1;
+/// How many nodes a graph.json may hold by default (the `*_max` loaders take another limit).
+pub const DEFAULT_MAX_NODES: usize = 10_000_000;
 
 /// One dimension of a shape: a static size, or a symbolic name (`"batch"`; the same name means the
 /// same size). JSON: an integer ≥ 0 or a non-empty string.
@@ -130,6 +171,8 @@ pub enum GraphErrorKind {
     Arity,
     AttrType,
     Io,
+    /// More nodes than the loader's limit ([`DEFAULT_MAX_NODES`] unless given).
+    TooLarge,
 }
 
 /// An error that names the node and the field at fault.
@@ -193,7 +236,16 @@ impl Graph {
         bytes: &[u8],
         registry: &Registry,
     ) -> Result<(Graph, Vec<Warning>), GraphError> {
-        let mut graph = load::parse(bytes)?;
+        Graph::from_json_slice_max(bytes, registry, DEFAULT_MAX_NODES)
+    }
+
+    /// [`Graph::from_json_slice`] with a limit on the number of nodes (a `TooLarge` error above it).
+    pub fn from_json_slice_max(
+        bytes: &[u8],
+        registry: &Registry,
+        max_nodes: usize,
+    ) -> Result<(Graph, Vec<Warning>), GraphError> {
+        let mut graph = load::parse(bytes, max_nodes)?;
         let (warnings, order) = graph.check(registry)?;
         if let Some(order) = order {
             graph.apply_order(&order);
@@ -206,13 +258,22 @@ impl Graph {
         path: &Path,
         registry: &Registry,
     ) -> Result<(Graph, Vec<Warning>), GraphError> {
+        Graph::from_path_max(path, registry, DEFAULT_MAX_NODES)
+    }
+
+    /// [`Graph::from_path`] with a limit on the number of nodes (a `TooLarge` error above it).
+    pub fn from_path_max(
+        path: &Path,
+        registry: &Registry,
+        max_nodes: usize,
+    ) -> Result<(Graph, Vec<Warning>), GraphError> {
         let bytes = std::fs::read(path).map_err(|e| {
             GraphError::new(
                 GraphErrorKind::Io,
                 format!("cannot read {}: {e}", path.display()),
             )
         })?;
-        Graph::from_json_slice(&bytes, registry).map_err(|e| GraphError {
+        Graph::from_json_slice_max(&bytes, registry, max_nodes).map_err(|e| GraphError {
             kind: e.kind,
             message: format!("{}: {}", path.display(), e.message),
         })
@@ -237,8 +298,8 @@ impl Graph {
     }
 
     /// Map from node id to position in `nodes`; a `DuplicateId` error if two nodes share an id.
-    pub fn id_index(&self) -> Result<HashMap<NodeId, usize>, GraphError> {
-        let mut index = HashMap::with_capacity(self.nodes.len());
+    pub fn id_index(&self) -> Result<IdMap<usize>, GraphError> {
+        let mut index = IdMap::with_capacity_and_hasher(self.nodes.len(), Default::default());
         for (i, node) in self.nodes.iter().enumerate() {
             if let Some(first) = index.insert(node.id, i) {
                 let other = &self.nodes[first];
@@ -309,7 +370,7 @@ impl Graph {
     /// input comes before its consumer. A `DanglingInput` error for an input that is not a node.
     pub(crate) fn input_positions(
         &self,
-        index: &HashMap<NodeId, usize>,
+        index: &IdMap<usize>,
     ) -> Result<(Vec<usize>, bool), GraphError> {
         let mut positions = Vec::with_capacity(self.nodes.iter().map(|n| n.inputs.len()).sum());
         let mut ordered = true;
@@ -335,7 +396,7 @@ impl Graph {
         Ok((positions, ordered))
     }
 
-    fn check_outputs(&self, index: &HashMap<NodeId, usize>) -> Result<(), GraphError> {
+    fn check_outputs(&self, index: &IdMap<usize>) -> Result<(), GraphError> {
         for (k, out) in self.outputs.iter().enumerate() {
             if !index.contains_key(out) {
                 return Err(GraphError::new(

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::graph::{Graph, Node, NodeId};
+use crate::graph::{Graph, IdMap, Node, NodeId};
 
 pub struct WorkGraph {
     pub nodes: Vec<Node>,
@@ -20,7 +20,7 @@ pub struct WorkGraph {
     /// Sort key for the written order: (position of the original node it replaces, sequence).
     pub order_key: Vec<(usize, u64)>,
     pub by_op: HashMap<String, Vec<usize>>,
-    index_of: HashMap<NodeId, usize>,
+    index_of: IdMap<usize>,
     next_id: NodeId,
     sequence: u64,
     name: Option<String>,
@@ -33,7 +33,7 @@ impl WorkGraph {
     /// Build from a loaded (hence valid and topologically ordered) graph.
     pub fn new(graph: Graph) -> WorkGraph {
         let n = graph.nodes.len();
-        let mut index_of = HashMap::with_capacity(n);
+        let mut index_of = IdMap::with_capacity_and_hasher(n, Default::default());
         for (i, node) in graph.nodes.iter().enumerate() {
             index_of.insert(node.id, i);
         }
