@@ -76,3 +76,22 @@ def test_bundled_library_is_clean_and_strict_check_fails_on_warnings(tmp_path, c
     assert main(["check", str(path)]) == ExitCode.OK
     assert main(["check", "--strict", str(path)]) == ExitCode.RULE_ERROR
     assert "ov.rlxr:2:6: warning: rules 'a'" in capsys.readouterr().err
+
+
+def test_a_name_used_twice_means_one_node_and_graphs_stay_acyclic():
+    # Erf vs Tanh deep inside; only a cyclic "graph" could satisfy both, so no overlap is reported
+    text = ("rule e { match { y = Mul(x, Add(Erf(Div(x, c)), o))  o = Constant() } where c != o rewrite y => Gelu(x) }\n"
+            "rule t { match { y = Mul(x, Add(Tanh(Div(x, c)), o))  o = Constant() } where c != o "
+            "rewrite y => GeluApprox(x) }\n")
+    assert warnings(text) == []
+    # without `o = Constant()`, Mul(x, Add(Erf(..), Tanh(..))) really matches both: o is the other one
+    assert len(warnings(text.replace("  o = Constant()", ""))) == 1
+
+
+def test_rules_that_shrink_the_graph_do_not_count_as_non_terminating():
+    text = ("rule drop_double_neg { match { n = Neg(Neg(x)) } rewrite n => Relu(x) }\n"
+            "rule relu_of_relu { match { n = Relu(Relu(x)) } rewrite { t = Neg(x) shape shape(x)  n => Neg(t) } }\n")
+    # the second creates as many nodes as it removes, so the cycle is reported
+    assert any("may not terminate" in w for w in warnings(text))
+    shrinking = "rule drop_cast { match { n = Relu(Relu(x)) } rewrite n => Relu(x) }\n"
+    assert warnings(shrinking) == []

@@ -8,9 +8,10 @@ All three are warnings (errors with `rlx-rules check --strict`), each naming the
 - Shadowing: an earlier rule of the same phase that has no guards and matches everything a later
   rule matches. The later rule can never fire (unless the engine refuses the earlier rule's
   rewrite as unsafe).
-- Termination: within a phase, a cycle of rules where each one replaces its root with the op that
-  the next one roots at, so that they can keep undoing each other. At run time the iteration cap
-  stops such a phase, and the report says "cap reached".
+- Termination: within a phase, a cycle of rules where each one replaces its root with a node that
+  the next one's root could match (same op, no attribute literal ruled out), unless every rule in
+  the cycle shrinks the graph. At run time the iteration cap stops such a phase, and the report
+  says "cap reached".
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import ast
-from .check import CheckedRules, RuleScope, pattern_children
+from .check import CheckedRules, RuleScope, absorbed, pattern_children
 from .errors import Diagnostic
 
 MAX_DEPTH = 8
@@ -51,12 +52,16 @@ class Allowed:
 
 @dataclass
 class PNode:
-    """A pattern position: the ops it may have (None: any node), its operands, attribute constraints."""
+    """A pattern position: the ops it may have (None: any node), its operands, attribute constraints.
+
+    `key` names the node: positions with the same key are the same graph node (a name used twice).
+    """
 
     ops: Optional[frozenset]
     commutative: bool = False
     children: list["PNode"] = field(default_factory=list)
     attrs: dict[str, Allowed] = field(default_factory=dict)
+    key: object = None
 
 
 def _literal(e: ast.Expr, scope: RuleScope) -> tuple[bool, object]:
@@ -154,7 +159,7 @@ def _require_range(a: Allowed, op: str, v: float) -> None:
         a.low = max(a.low, v)
 
 
-def pattern_tree(scope: RuleScope, registry) -> Optional[PNode]:
+def pattern_tree(scope: RuleScope, registry, side: str = "") -> Optional[PNode]:
     if not scope.roots:
         return None
     children = pattern_children(scope)
@@ -162,11 +167,13 @@ def pattern_tree(scope: RuleScope, registry) -> Optional[PNode]:
 
     def build(name: str, depth: int) -> PNode:
         slot = scope.slots.get(name)
-        if name == "_" or slot is None or slot.pattern is None or depth > MAX_DEPTH:
-            return PNode(None)
+        if name == "_" or slot is None or depth > MAX_DEPTH:
+            return PNode(None, key=object())  # a wildcard: a node of its own
+        if slot.pattern is None:
+            return PNode(None, key=(side, name))
         ops = frozenset(slot.pattern.ops)
         commutative = all((spec := registry.get(op)) is not None and spec.commutative for op in ops)
-        node = PNode(ops, commutative and len(children[name]) == 2)
+        node = PNode(ops, commutative and len(children[name]) == 2, key=(side, name))
         node.children = [build(c, depth + 1) for c in children[name]]
         node.attrs = {attr: allowed for (n, attr), allowed in constraints.items() if n == name}
         return node
@@ -174,19 +181,119 @@ def pattern_tree(scope: RuleScope, registry) -> Optional[PNode]:
     return build(scope.roots[0], 0)
 
 
+class _Classes:
+    """Union-find over node keys: which pattern positions stand for the same graph node, the structure
+    (ops, operands, attribute constraints) that node must have, and the position pairs already
+    unified. Copied to branch at commutative operands."""
+
+    def __init__(self, parent=None, shape=None, done=None):
+        self.parent = dict(parent or {})
+        self.shape = dict(shape or {})
+        self.done = set(done or ())
+
+    def copy(self) -> "_Classes":
+        return _Classes(self.parent, self.shape, self.done)
+
+    def find(self, k):
+        while self.parent.get(k, k) != k:
+            k = self.parent[k]
+        return k
+
+
+def _unify(a: PNode, b: PNode, classes: _Classes) -> Optional[_Classes]:
+    """Unify two positions: their node classes merge, and their structures must agree."""
+    if a is b or (id(a), id(b)) in classes.done:
+        return classes
+    classes = classes.copy()
+    classes.done.add((id(a), id(b)))
+    ra, rb = classes.find(a.key), classes.find(b.key)
+    if ra != rb:
+        classes.parent[ra] = rb
+    shaped = []
+    for x in (classes.shape.get(ra), classes.shape.get(rb), a, b):
+        if x is not None and x.ops is not None and all(x is not y for y in shaped):
+            shaped.append(x)
+    if not shaped:
+        return classes
+    base = shaped[0]
+    classes.shape[rb] = base
+    for other in shaped[1:]:
+        classes = _unify_structure(base, other, classes)
+        if classes is None:
+            return None
+    return classes
+
+
+def _unify_structure(sa: PNode, sb: PNode, classes: _Classes) -> Optional[_Classes]:
+    if not (sa.ops & sb.ops) or len(sa.children) != len(sb.children):
+        return None
+    if any(sa.attrs[k].disjoint(sb.attrs[k]) for k in sa.attrs.keys() & sb.attrs.keys()):
+        return None
+    orders = [list(zip(sa.children, sb.children))]
+    if sa.commutative and sb.commutative:
+        orders.append(list(zip(sa.children, reversed(sb.children))))
+    for pairs in orders:
+        attempt: Optional[_Classes] = classes
+        for x, y in pairs:
+            attempt = _unify(x, y, attempt)
+            if attempt is None:
+                break
+        if attempt is not None:
+            return attempt
+    return None
+
+
+def _occurrences(node: PNode) -> list[PNode]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children)
+    return out
+
+
 def can_overlap(a: PNode, b: PNode) -> bool:
-    """Whether some node could match both patterns (ignoring guards other than attribute constraints)."""
-    if a.ops is None or b.ops is None:
-        return True
-    if not (a.ops & b.ops) or len(a.children) != len(b.children):
+    """Whether some node could match both patterns: they unify, a name used twice standing for one
+    node everywhere it occurs (guards other than attribute constraints are ignored)."""
+    classes = _unify(a, b, _Classes())
+    if classes is None:
         return False
-    for attr in a.attrs.keys() & b.attrs.keys():
-        if a.attrs[attr].disjoint(b.attrs[attr]):
+    # A name may occur again inside a subtree that unified with a bare name on the other side:
+    # every occurrence must still agree with what its node class became.
+    occurrences = _occurrences(a) + _occurrences(b)
+    for _ in range(len(occurrences)):
+        before = len(classes.done)
+        for occ in occurrences:
+            shape = classes.shape.get(classes.find(occ.key))
+            if shape is not None and occ.ops is not None and shape is not occ:
+                classes = _unify(occ, shape, classes)
+                if classes is None:
+                    return False
+        if len(classes.done) == before:
+            break
+    return not _cyclic(occurrences, classes)
+
+
+def _cyclic(occurrences: list[PNode], classes: _Classes) -> bool:
+    """Whether the unified node classes would need a node to be its own input (no real graph has one)."""
+    edges: dict = {}
+    for occ in occurrences:
+        for child in occ.children:
+            edges.setdefault(classes.find(occ.key), set()).add(classes.find(child.key))
+    state: dict = {}
+
+    def visit(k) -> bool:
+        if state.get(k) == 1:
+            return True
+        if state.get(k) == 2:
             return False
-    pairs = [list(zip(a.children, b.children))]
-    if a.commutative and b.commutative:
-        pairs.append(list(zip(a.children, reversed(b.children))))
-    return any(all(can_overlap(x, y) for x, y in p) for p in pairs)
+        state[k] = 1
+        if any(visit(c) for c in edges.get(k, ())):
+            return True
+        state[k] = 2
+        return False
+
+    return any(visit(k) for k in list(edges))
 
 
 def subsumes(general: PNode, specific: PNode) -> bool:
@@ -226,7 +333,7 @@ def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Di
     for phase in checked.phases:
         members = sorted((s for s in checked.rules if s.phase == phase.name),
                          key=lambda s: (-s.rule.priority, order[id(s)]))
-        trees = {id(s): pattern_tree(s, registry) for s in members}
+        trees = {id(s): pattern_tree(s, registry, side=s.rule.name) for s in members}
         for i, first in enumerate(members):
             for later in members[i + 1:]:
                 a, b = trees[id(first)], trees[id(later)]
@@ -248,31 +355,60 @@ def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Di
 
 
 def _termination(phase, members: list[RuleScope], line) -> list[Diagnostic]:
-    """Cycles of rules whose replacing op is the next rule's root op."""
-    root_ops = {s.rule.name: set(s.slots[s.roots[0]].pattern.ops) for s in members if s.roots}
-    makes = {s.rule.name: {item.node.op for item in s.rewrite.items if item.replaces}
-             for s in members if s.rewrite is not None}
-    feeds = {a: sorted(b for b in root_ops if makes.get(a, set()) & root_ops[b]) for a in root_ops}
+    """Cycles of rules where each replaces its root with a node the next rule's root could match.
+
+    A cycle in which every rule removes more nodes than it creates cannot go on forever (the graph
+    shrinks), so it is not reported.
+    """
+    roots = {s.rule.name: s for s in members if s.roots and s.rewrite is not None}
+    constraints = {name: _constraints(s) for name, s in roots.items()}
+
+    def shrinks(s: RuleScope) -> bool:
+        created = len(s.rewrite.items)
+        return created < 1 + len(absorbed(s))
+
+    def feeds(a: RuleScope, b: RuleScope) -> bool:
+        b_root = b.roots[0]
+        b_ops = set(b.slots[b_root].pattern.ops)
+        for item in a.rewrite.items:
+            if not item.replaces or item.node.op not in b_ops:
+                continue
+            compatible = True
+            for attr, value, _ in item.node.attrs:
+                ok, v = _literal(value, a)
+                allowed = constraints[b.rule.name].get((b_root, attr))
+                if ok and allowed is not None and allowed.disjoint(_exactly(v)):
+                    compatible = False
+            if compatible:
+                return True
+        return False
+
+    edges = {a: sorted(b for b in roots if feeds(roots[a], roots[b])) for a in roots}
     found, seen_cycles = [], set()
 
     def walk(start: str, node: str, path: list[str]) -> None:
-        for nxt in feeds.get(node, ()):
+        for nxt in edges.get(node, ()):
             if nxt == start:
                 cycle = tuple(sorted(path))
-                if cycle not in seen_cycles:
+                if cycle not in seen_cycles and not all(shrinks(roots[r]) for r in path):
                     seen_cycles.add(cycle)
                     found.append(path + [start])
             elif nxt not in path and len(path) < 8:
                 walk(start, nxt, path + [nxt])
 
-    for name in root_ops:
+    for name in roots:
         walk(name, name, [name])
-    by_name = {s.rule.name: s for s in members}
     out = []
     for cycle in found:
-        head = by_name[cycle[0]]
+        head = roots[cycle[0]]
         out.append(Diagnostic(head.rule.loc, (
             f"phase {phase.name!r} may not terminate: {' -> '.join(cycle)} can re-create what the next rule consumes "
-            f"(each replaces its root with the op the next one matches); the iteration cap "
-            f"({phase.max_iterations or 16}) will stop it"), "warning", line(head.rule.loc)))
+            f"(each replaces its root with a node the next one can match, and not every step shrinks the graph); "
+            f"the iteration cap ({phase.max_iterations or 16}) will stop it"), "warning", line(head.rule.loc)))
     return out
+
+
+def _exactly(v: object) -> Allowed:
+    allowed = Allowed()
+    _require_value(allowed, v)
+    return allowed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
@@ -170,6 +171,8 @@ class _Checker:
                     self.error(expr.loc, "integer literal does not fit in 64 bits")
                 return INT
             if isinstance(v, float):
+                if not math.isfinite(v):
+                    self.error(expr.loc, "number literal is out of range (not a finite 64-bit float)")
                 return FLOAT
             return Type("str", enum=enum)
         if isinstance(expr, ast.Name):
@@ -246,8 +249,10 @@ class _Checker:
                 self._expect(self.type_of(side, names, depth), BOOL, side.loc, f"'{op}'")
             return BOOL
         if op in ("==", "!="):
-            left = self._maybe_enum_type(expr.left, expr.right, names, depth)
-            right = self.type_of(expr.right, names, depth, enum=left.enum)
+            left, right = self._maybe_enum_type(expr.left, expr.right, names, depth)
+            # Only a bare name or a string literal reads `enum`: anything else is typed once (not 2^depth times).
+            if right is None or isinstance(expr.right, (ast.Name, ast.Lit)):
+                right = self.type_of(expr.right, names, depth, enum=left.enum)
             if not _comparable(left, right):
                 self.error(expr.loc, f"cannot compare {left} with {right} using '{op}'")
             return BOOL
@@ -265,12 +270,15 @@ class _Checker:
             return ANY
         return INT
 
-    def _maybe_enum_type(self, left: ast.Expr, right: ast.Expr, names: dict[str, Type], depth: int) -> Type:
-        """Type of the left side of ==; a bare enum name on the left takes its values from the right side."""
+    def _maybe_enum_type(self, left: ast.Expr, right: ast.Expr, names: dict[str, Type],
+                         depth: int) -> tuple[Type, Optional[Type]]:
+        """Type of the left side of ==; a bare enum name on the left takes its values from the right side.
+
+        Also the right side's type when it had to be computed first (else None)."""
         if isinstance(left, ast.Name) and left.id not in names:
             right_t = self.type_of(right, names, depth)
-            return self.type_of(left, names, depth, enum=right_t.enum)
-        return self.type_of(left, names, depth)
+            return self.type_of(left, names, depth, enum=right_t.enum), right_t
+        return self.type_of(left, names, depth), None
 
     def _call_type(self, expr: ast.Call, names: dict[str, Type], depth: int) -> Type:
         if expr.fn not in BUILTINS:
@@ -284,9 +292,11 @@ class _Checker:
         if n < len(kinds) or (n > len(kinds) and not variadic):
             want = f"at least {len(kinds)}" if variadic else str(len(kinds))
             self.error(expr.loc, f"{expr.fn}() takes {want} argument{'s' if want != '1' else ''}, got {n}")
+        arg_types = []
         for i, arg in enumerate(expr.args):
             kind = kinds[min(i, len(kinds) - 1)]
             t = self.type_of(arg, names, depth)
+            arg_types.append(t)
             if kind == "node" and t.kind not in ("node", "any"):
                 self.error(arg.loc, f"{expr.fn}() needs a bound node here, not a {t}")
             elif kind == "int" and t.kind not in ("int", "dim", "any"):
@@ -301,10 +311,11 @@ class _Checker:
                 self.error(arg.loc, f"{expr.fn}() needs a condition, not a {t}")
             elif kind == "group" and not (isinstance(arg, ast.Name) and arg.id == self.group_name):
                 self.error(arg.loc, f"{expr.fn}() takes the name of the rule's group")
-        if expr.fn in ("min", "max", "abs", "sum") and any(self.type_of(a, names, depth).kind == "float" for a in expr.args):
+        # Reuse the argument types: typing them again doubled the work per nested call (2^depth).
+        if expr.fn in ("min", "max", "abs", "sum") and any(t.kind == "float" for t in arg_types):
             return FLOAT
         if expr.fn == "first" and expr.args:
-            return self.type_of(expr.args[0], names, depth)
+            return arg_types[0]
         return result
 
     # ---- top level ----
@@ -328,7 +339,9 @@ class _Checker:
             self.error(default.loc, "a parameter default must be a literal or env(\"VAR\", literal)")
             return
         value = literal_value(default)
-        if not value_fits(value, p.type):
+        if value is NOT_LITERAL:
+            self.error(default.loc, "a parameter default must be a literal or env(\"VAR\", literal)")
+        elif not value_fits(value, p.type):
             self.error(default.loc, f"default {value!r} is not a {p.type}")
 
     def check_gate(self, g: ast.Gate) -> None:
@@ -350,6 +363,8 @@ class _Checker:
     def check_rule(self, rule: ast.Rule, phases: set[str]) -> RuleScope:
         scope = RuleScope(rule)
         self.group_name = None
+        if not -(2**63) <= rule.priority < 2**63:
+            self.error(rule.loc, f"rule {rule.name!r}: priority does not fit in 64 bits")
         if rule.phase is not None:
             scope.phase = rule.phase
             if rule.phase not in phases:
@@ -451,7 +466,7 @@ class _Checker:
         for b in others:
             self.error(b.loc, f"{b.name!r}: a rule with a group may bind nothing else yet")
         spec = g.group
-        if not 1 <= spec.min <= spec.max:
+        if not 1 <= spec.min <= spec.max < 2**32:
             self.error(g.loc, f"group size {spec.min}..{spec.max} needs 1 <= min <= max")
         direct = {a.name for a in g.pattern.args if isinstance(a, ast.PatRef)}
         sharing = set()
@@ -687,6 +702,22 @@ def pattern_children(scope: RuleScope) -> dict[str, list[str]]:
             for name, s in scope.slots.items() if s.pattern is not None}
 
 
+def absorbed(scope: RuleScope) -> set[str]:
+    """The op bindings a rewrite removes: all but the roots, the bindings it names or keeps, and what those read."""
+    children = pattern_children(scope)
+    kept = {n for item in scope.rewrite.items for n, _, _ in item.node.inputs if n in scope.slots}
+    kept |= {n for keep in scope.rule.keeps for n, _ in keep.names}
+    closure: set[str] = set()
+    stack = list(kept)
+    while stack:
+        n = stack.pop()
+        if n in closure or n == "_":
+            continue
+        closure.add(n)
+        stack.extend(children.get(n, ()))
+    return {n for n, s in scope.slots.items() if s.pattern is not None and n not in scope.roots and n not in closure}
+
+
 def _children(e: ast.Expr) -> list[ast.Expr]:
     if isinstance(e, ast.GetAttr):
         return [e.obj]
@@ -738,17 +769,28 @@ def _assignable(want: Type, got: Type) -> bool:
     return want.kind == got.kind
 
 
+class _NotLiteral:
+    def __repr__(self) -> str:
+        return "a value that is not a literal"
+
+
+NOT_LITERAL = _NotLiteral()
+
+
 def literal_value(expr: ast.Expr) -> object:
+    """A literal's value, or a negated number literal's; NOT_LITERAL otherwise (`-"x"`, `-(1 + 2)`)."""
     if isinstance(expr, ast.UnaryOp):
-        return -expr.operand.value
-    return expr.value
+        v = expr.operand.value if expr.op == "-" and isinstance(expr.operand, ast.Lit) else None
+        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else NOT_LITERAL
+    return expr.value if isinstance(expr, ast.Lit) else NOT_LITERAL
 
 
 def value_fits(value: object, type_name: str) -> bool:
+    """Whether a literal is a value of the type that Rust can hold (64-bit ints, finite floats)."""
     if type_name == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     if type_name == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if type_name == "bool":
         return isinstance(value, bool)
     return isinstance(value, str)
@@ -768,8 +810,9 @@ def check(files: list[ast.RuleFile], sources: dict[str, str], registry: Registry
                 if same.max_iterations != item.max_iterations and None not in (same.max_iterations, item.max_iterations):
                     c.error(item.loc, f"phase {item.name!r} is declared again with another max_iterations "
                                       f"(first at {same.loc})")
-            elif item.max_iterations is not None and item.max_iterations < 1:
-                c.error(item.loc, "max_iterations must be at least 1")
+            elif item.max_iterations is not None and not 1 <= item.max_iterations < 2**32:
+                c.error(item.loc, "max_iterations must be at least 1" if item.max_iterations < 1
+                        else f"max_iterations must be below {2**32}")
             else:
                 phases.append(item)
     for item in items:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import ast
-from .check import CheckedRules, RuleScope, pattern_children
+from .check import CheckedRules, RuleScope, absorbed, pattern_children
 from .registry import Registry
 
 PROGRAM_FORMAT = "rlx-program"
@@ -143,18 +143,7 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
                 guards.append((expr.slots_used(conjunct), guard))
 
     code = _place_guards(structure, guards)
-    kept = {n for item in scope.rewrite.items for n, _, _ in item.node.inputs if n in scope.slots}
-    kept |= {n for keep in rule.keeps for n, _ in keep.names}
-    kept_closure: set[str] = set()
-    stack = list(kept)
-    while stack:
-        n = stack.pop()
-        if n in kept_closure or n == "_":
-            continue
-        kept_closure.add(n)
-        stack.extend(children.get(n, ()))
-    absorb = sorted(index[n] for n, s in scope.slots.items()
-                    if s.pattern is not None and n not in scope.roots and n not in kept_closure)
+    absorb = sorted(index[n] for n in absorbed(scope))
 
     made: dict[str, int] = {}
     new_nodes = []
