@@ -156,3 +156,24 @@ def test_a_malformed_program_is_a_program_error():
                         '"code": [{"i": "same", "slot": 0, "index": 0, "as": 1}], "absorb": [], '
                         '"rewrite": [{"name": "n", "op": "Relu", "inputs": [{"slot": 1}], "attrs": [], '
                         '"shape": null, "dtype": null, "replaces": 0}]}]}')
+
+
+def test_sqrt_checks_a_score_scale_against_head_dim():
+    rules = rlx_rules.compile_text("""
+rule scaled {
+  match { a = Attention(q, k, v) }
+  where q != k and v == v
+  where a.score_scale is not null and abs(a.score_scale - 1.0 / sqrt(a.head_dim)) < 0.000001
+  rewrite a => Attention(q, k, v) { num_heads: a.num_heads, head_dim: a.head_dim, mask_kind: a.mask_kind,
+                                     score_scale: null, attn_logit_softcap: a.attn_logit_softcap }
+}
+""")
+
+    def graph(scale):
+        return {"format": "rlx-graph", "version": 1, "nodes": [
+            {"id": i, "op": "Input", "name": n, "shape": [1, 4, 8]} for i, n in enumerate("qkv")] + [
+            {"id": 3, "op": "Attention", "inputs": [0, 1, 2], "shape": [1, 4, 8],
+             "attrs": {"num_heads": 2, "head_dim": 4, "mask_kind": "None", "score_scale": scale,
+                       "attn_logit_softcap": None}}], "outputs": [3]}
+    assert rules.apply(graph(0.5))[1].fired("scaled") == 1
+    assert rules.apply(graph(0.25))[1].fired("scaled") == 0

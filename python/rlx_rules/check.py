@@ -75,6 +75,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], bool, Type]] = {
     "min": (("num", "num"), False, INT),
     "max": (("num", "num"), False, INT),
     "abs": (("num",), False, INT),
+    "sqrt": (("num",), False, FLOAT),
 }
 
 

@@ -328,6 +328,11 @@ impl<'a> Env<'a> {
                 let a_less = matches!(binary(BinOp::Lt, a.clone(), c.clone())?, Val::Bool(true));
                 Ok(if a_less == (b == Builtin::Min) { a } else { c })
             }
+            Builtin::Sqrt => match self.eval(&args[0])? {
+                Val::Int(i) if i >= 0 => Ok(Val::Float((i as f64).sqrt())),
+                Val::Float(f) if f >= 0.0 => Ok(Val::Float(f.sqrt())),
+                other => fail(format!("sqrt() of {other}")),
+            },
             Builtin::Abs => match self.eval(&args[0])? {
                 Val::Int(i) => i.checked_abs().map(Val::Int).ok_or_else(|| EvalError("integer overflow".into())),
                 Val::Float(f) => Ok(Val::Float(f.abs())),

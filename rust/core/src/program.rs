@@ -200,6 +200,7 @@ pub enum Builtin {
     Min,
     Max,
     Abs,
+    Sqrt,
 }
 
 impl Builtin {
@@ -227,6 +228,7 @@ impl Builtin {
             "min" => (Builtin::Min, 2, Some(2)),
             "max" => (Builtin::Max, 2, Some(2)),
             "abs" => (Builtin::Abs, 1, Some(1)),
+            "sqrt" => (Builtin::Sqrt, 1, Some(1)),
             _ => return None,
         })
     }
