@@ -40,18 +40,24 @@ class Graph:
         self.source_path = source_path  # the file it was loaded from (relative "weights" resolve against it)
 
     @classmethod
-    def from_json(cls, text: Union[str, bytes]) -> "Graph":
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        return cls(_native.Graph.from_json(text))
+    def from_json(cls, text: Union[str, bytes], *, max_nodes: Optional[int] = None) -> "Graph":
+        """Parse and validate graph.json text. More than `max_nodes` nodes (default 10 million) is a GraphError."""
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                text = bytes(text).decode("utf-8")
+            except UnicodeDecodeError as e:
+                from .errors import GraphError
+
+                raise GraphError(f"invalid JSON: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return cls(_native.Graph.from_json(text, max_nodes))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Graph":
-        return cls.from_json(json.dumps(data))
+    def from_dict(cls, data: dict, *, max_nodes: Optional[int] = None) -> "Graph":
+        return cls.from_json(json.dumps(data), max_nodes=max_nodes)
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike]) -> "Graph":
-        return cls(_native.Graph.load(os.fspath(path)), source_path=os.fspath(path))
+    def load(cls, path: Union[str, os.PathLike], *, max_nodes: Optional[int] = None) -> "Graph":
+        return cls(_native.Graph.load(os.fspath(path), max_nodes), source_path=os.fspath(path))
 
     def to_json(self, pretty: bool = False) -> str:
         return self._native.to_json(pretty)

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyType;
+use pyo3::types::{PyString, PyType};
 
 use rlx_rules_core::apply::{apply, ApplyError, ApplyOptions};
 use rlx_rules_core::explain::ExplainOptions;
-use rlx_rules_core::graph::{Graph, GraphError};
+use rlx_rules_core::graph::{Graph, GraphError, DEFAULT_MAX_NODES};
 use rlx_rules_core::program::{Program, ProgramError};
 use rlx_rules_core::registry::Registry;
 
@@ -48,18 +48,24 @@ pub struct PyGraph {
 
 #[pymethods]
 impl PyGraph {
-    /// Parse and validate graph.json text.
+    /// Parse and validate graph.json text (at most `max_nodes` nodes; default 10 million).
     #[staticmethod]
-    fn from_json(py: Python<'_>, text: &str) -> PyResult<PyGraph> {
-        let loaded = py.detach(|| Graph::from_json_str(text, Registry::builtin()));
+    #[pyo3(signature = (text, max_nodes = None))]
+    fn from_json(py: Python<'_>, text: &Bound<'_, PyString>, max_nodes: Option<usize>) -> PyResult<PyGraph> {
+        // A str with a lone surrogate has no UTF-8 form: a GraphError, not a UnicodeEncodeError.
+        let text = text.to_str().map_err(|_| raise(py, "GraphError", "invalid JSON: the text holds a lone surrogate (not valid Unicode)".to_string()))?;
+        let max = max_nodes.unwrap_or(DEFAULT_MAX_NODES);
+        let loaded = py.detach(|| Graph::from_json_slice_max(text.as_bytes(), Registry::builtin(), max));
         let (inner, warnings) = loaded.map_err(|e| graph_error(py, e))?;
         Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
     }
 
     /// Read, parse and validate a graph.json file.
     #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyGraph> {
-        let loaded = py.detach(|| Graph::from_path(&path, Registry::builtin()));
+    #[pyo3(signature = (path, max_nodes = None))]
+    fn load(py: Python<'_>, path: PathBuf, max_nodes: Option<usize>) -> PyResult<PyGraph> {
+        let max = max_nodes.unwrap_or(DEFAULT_MAX_NODES);
+        let loaded = py.detach(|| Graph::from_path_max(&path, Registry::builtin(), max));
         let (inner, warnings) = loaded.map_err(|e| graph_error(py, e))?;
         Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
     }
@@ -113,7 +119,8 @@ pub struct PyProgram {
 #[pymethods]
 impl PyProgram {
     #[new]
-    fn new(py: Python<'_>, text: &str) -> PyResult<PyProgram> {
+    fn new(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<PyProgram> {
+        let text = text.to_str().map_err(|_| raise(py, "ProgramError", "invalid matcher program: the text holds a lone surrogate (not valid Unicode)".to_string()))?;
         let inner = Program::from_json_str(text).map_err(|e| program_error(py, e))?;
         Ok(PyProgram { inner })
     }

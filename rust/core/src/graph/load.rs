@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -16,8 +16,14 @@ use super::{
 };
 
 /// Parse graph.json bytes into a [`Graph`] with its nodes in file order (not yet validated).
-pub(super) fn parse(bytes: &[u8]) -> Result<Graph, GraphError> {
-    let raw: RawGraph = serde_json::from_slice(bytes).map_err(json_error)?;
+/// More than `max_nodes` nodes is a `TooLarge` error; the rest of the list is then skipped
+/// without being kept, so an oversized file costs time but no memory.
+pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let raw = GraphSeed(max_nodes)
+        .deserialize(&mut de)
+        .and_then(|raw| de.end().map(|()| raw))
+        .map_err(json_error)?;
     raw.into_graph()
 }
 
@@ -384,9 +390,13 @@ enum RawNodes {
     Not(Atom),
 }
 
-impl<'de> Deserialize<'de> for RawNodes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawNodes, D::Error> {
-        struct V;
+/// Reads `nodes`, keeping at most `.0` of them.
+struct NodesSeed(usize);
+
+impl<'de> DeserializeSeed<'de> for NodesSeed {
+    type Value = RawNodes;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawNodes, D::Error> {
+        struct V(usize);
         impl<'de> Visitor<'de> for V {
             type Value = RawNodes;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -396,7 +406,10 @@ impl<'de> Deserialize<'de> for RawNodes {
                 let mut nodes = Vec::new();
                 let mut error = None;
                 let mut index = 0;
-                while let Some(raw) = seq.next_element::<RawNode>()? {
+                while index < self.0 {
+                    let Some(raw) = seq.next_element::<RawNode>()? else {
+                        return Ok(RawNodes::Items(nodes, error));
+                    };
                     if error.is_none() {
                         match raw.into_node(index) {
                             Ok(node) => nodes.push(node),
@@ -405,7 +418,16 @@ impl<'de> Deserialize<'de> for RawNodes {
                     }
                     index += 1;
                 }
-                Ok(RawNodes::Items(nodes, error))
+                if seq.next_element::<IgnoredAny>()?.is_none() {
+                    return Ok(RawNodes::Items(nodes, error));
+                }
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                drop(nodes);
+                let limit = self.0;
+                Ok(RawNodes::Items(Vec::new(), Some(GraphError::new(
+                    GraphErrorKind::TooLarge,
+                    format!("the graph has more than {limit} nodes, the loader's limit (max_nodes; raise it to load a larger graph)"),
+                ))))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawNodes, A::Error> {
                 AtomVisitor.visit_map(map).map(RawNodes::Not)
@@ -429,7 +451,7 @@ impl<'de> Deserialize<'de> for RawNodes {
                 Ok(RawNodes::Not(Atom::Null))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(self.0))
     }
 }
 
@@ -446,9 +468,13 @@ struct RawGraph {
     extra: Map<String, Value>,
 }
 
-impl<'de> Deserialize<'de> for RawGraph {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawGraph, D::Error> {
-        struct V;
+/// Reads the top-level object, keeping at most `.0` nodes.
+struct GraphSeed(usize);
+
+impl<'de> DeserializeSeed<'de> for GraphSeed {
+    type Value = RawGraph;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawGraph, D::Error> {
+        struct V(usize);
         impl<'de> Visitor<'de> for V {
             type Value = RawGraph;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -462,7 +488,7 @@ impl<'de> Deserialize<'de> for RawGraph {
                         "format" => set(&mut g.format, map.next_value()?, "format", &mut dup),
                         "version" => set(&mut g.version, map.next_value()?, "version", &mut dup),
                         "name" => set(&mut g.name, map.next_value()?, "name", &mut dup),
-                        "nodes" => set(&mut g.nodes, map.next_value()?, "nodes", &mut dup),
+                        "nodes" => set(&mut g.nodes, map.next_value_seed(NodesSeed(self.0))?, "nodes", &mut dup),
                         "outputs" => set(&mut g.outputs, map.next_value()?, "outputs", &mut dup),
                         _ => {
                             let v: Value = map.next_value()?;
@@ -518,7 +544,7 @@ impl<'de> Deserialize<'de> for RawGraph {
                 })
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(self.0))
     }
 }
 
