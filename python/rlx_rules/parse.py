@@ -13,6 +13,10 @@ from .errors import Diagnostic, RuleError
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_NESTING = 200
+# Parse-tree depth (operator chains such as `1 + 1 + ...` or `not not ...` nest without brackets). The
+# checker allows 64 levels of expression and 64 pattern nodes, far below this; the tree is turned into
+# the AST recursively, so deeper text would exhaust Python's stack.
+MAX_TREE_DEPTH = 300
 
 
 @functools.lru_cache(maxsize=1)
@@ -381,17 +385,51 @@ def _describe(terminal: str) -> str:
         return terminal
 
 
+def _error_at(path: str, text: str, line: int, col: int, message: str) -> RuleError:
+    lines = text.splitlines()
+    source = lines[line - 1] if 0 < line <= len(lines) else None
+    return RuleError([Diagnostic(ast.Loc(path, line, col), message, source_line=source)])
+
+
+def _too_deep(tree: lark.Tree, limit: int):
+    """The first subtree deeper than `limit` levels (iteratively: the tree may be too deep to recurse), or None."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return node
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, lark.Tree))
+    return None
+
+
 def parse_text(text: str, path: str = "<string>") -> ast.RuleFile:
     """Parse one rule file's text. Raises RuleError (with file:line:col and a caret) on a syntax error."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
         raise RuleError([Diagnostic(ast.Loc(path, 1, 1), f"rule file is larger than {MAX_SOURCE_BYTES} bytes")])
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # only text given as a str can hold one; a file would not decode
+        line = text.count("\n", 0, e.start) + 1
+        col = e.start - (text.rfind("\n", 0, e.start) + 1) + 1
+        raise _error_at(path, text, line, col, "rule text holds a lone surrogate (not valid Unicode)") from None
     if _nesting_depth(text) > MAX_NESTING:
         raise RuleError([Diagnostic(ast.Loc(path, 1, 1), f"brackets nest deeper than {MAX_NESTING} levels")])
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as err:
         raise _syntax_error(path, text, err) from None
-    return ast.RuleFile(path, _ToAst(path).transform(tree))
+    deep = _too_deep(tree, MAX_TREE_DEPTH)
+    if deep is not None:
+        line, col = getattr(deep.meta, "line", 1), getattr(deep.meta, "column", 1)
+        raise _error_at(path, text, line, col, f"expression nests deeper than {MAX_TREE_DEPTH} levels") from None
+    try:
+        return ast.RuleFile(path, _ToAst(path).transform(tree))
+    except lark.exceptions.VisitError as e:  # a number too long to convert (int() refuses > 4300 digits)
+        obj = e.obj
+        meta = obj.meta if isinstance(obj, lark.Tree) else obj
+        line, col = getattr(meta, "line", 1) or 1, getattr(meta, "column", 1) or 1
+        what = "number is too long" if isinstance(e.orig_exc, ValueError) else str(e.orig_exc)
+        raise _error_at(path, text, line, col, f"{what} (in {e.rule})") from None
 
 
 MAX_INCLUDE_DEPTH = 16
@@ -400,9 +438,12 @@ MAX_INCLUDE_DEPTH = 16
 def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
     """Parse rule files and, depth first, the files they include (each file once, in include order).
 
-    Include paths are relative to the including file. Returns the files in the order their items apply,
-    and each file's source text (for diagnostics). Raises RuleError for unreadable files, syntax errors,
-    include cycles and includes nested deeper than MAX_INCLUDE_DEPTH.
+    Include paths are relative to the including file, and must stay inside the folder of the file named
+    in `paths` that the include chain started from (after resolving symbolic links): rules are data, and
+    a rule file reads no file outside its own tree (docs/security.md). Returns the files in the order
+    their items apply, and each file's source text (for diagnostics). Raises RuleError for unreadable
+    files, syntax errors, include cycles, includes that leave the tree, and includes nested deeper than
+    MAX_INCLUDE_DEPTH.
     """
     import os
 
@@ -410,7 +451,7 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
     sources: dict[str, str] = {}
     done: set[str] = set()
 
-    def load(path: str, stack: list[str], at: ast.Loc | None) -> None:
+    def load(path: str, stack: list[str], at: ast.Loc | None, root: str) -> None:
         real = os.path.realpath(path)
         if real in stack:
             cycle = " -> ".join(os.path.basename(p) for p in stack[stack.index(real):] + [real])
@@ -422,7 +463,7 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
                                         source_line=_source_line(sources, at))])
         try:
             with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+                text = fh.read(MAX_SOURCE_BYTES + 1)  # bounded: parse_text refuses anything longer
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise RuleError([Diagnostic(at, f"cannot read rule file {path!r}: {reason}",
@@ -433,12 +474,20 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
         done.add(real)
         for item in parsed.items:
             if isinstance(item, ast.Include):
+                if os.path.isabs(item.path):
+                    raise RuleError([Diagnostic(item.loc, f"include {item.path!r}: an include path must be relative "
+                                                          "to the including file", source_line=_source_line(sources, item.loc))])
                 target = os.path.join(os.path.dirname(path), item.path)
-                load(target, stack + [real], item.loc)
+                if os.path.commonpath([root, os.path.realpath(target)]) != root:
+                    raise RuleError([Diagnostic(item.loc, f"include {item.path!r} leaves the folder of the rule file it "
+                                                          f"started from ({root}); a rule file may include only files "
+                                                          "under that folder (pass other files separately)",
+                                                source_line=_source_line(sources, item.loc))])
+                load(target, stack + [real], item.loc, root)
         files.append(ast.RuleFile(display, tuple(i for i in parsed.items if not isinstance(i, ast.Include))))
 
     for path in paths:
-        load(str(path), [], None)
+        load(str(path), [], None, os.path.dirname(os.path.realpath(str(path))))
     return files, sources
 
 
