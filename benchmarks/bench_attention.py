@@ -20,8 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-# Let OpenMP workers (PyTorch) sleep when idle instead of spinning over the next contender.
+# Let idle worker threads sleep instead of spinning over the next contender: OpenMP (PyTorch), and
+# OpenBLAS (numpy), whose threads otherwise spin for 2^28 cycles (~70 ms) after every call.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import numpy as np  # noqa: E402
 
@@ -119,7 +121,7 @@ class Result:
         return statistics.median(self.times)
 
 
-def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = 4, pause_s: float = 0.005) -> Dict[str, Result]:
+def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = 4, pause_s: float = 0.02) -> Dict[str, Result]:
     """Rounds of `burst + 1` back-to-back calls per contender, contenders in turn.
 
     Before each burst the process sleeps `pause_s`, so that the previous contender's worker
