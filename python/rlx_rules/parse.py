@@ -439,8 +439,9 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
     """Parse rule files and, depth first, the files they include (each file once, in include order).
 
     Include paths are relative to the including file, and must stay inside the folder of the file named
-    in `paths` that the include chain started from (after resolving symbolic links): rules are data, and
-    a rule file reads no file outside its own tree (docs/security.md). Returns the files in the order
+    in `paths` that the include chain started from (after resolving symbolic links), or, for a file of
+    the bundled library, inside the bundled library: rules are data, and a rule file reads no file
+    outside its own tree (docs/security.md). Returns the files in the order
     their items apply, and each file's source text (for diagnostics). Raises RuleError for unreadable
     files, syntax errors, include cycles, includes that leave the tree, and includes nested deeper than
     MAX_INCLUDE_DEPTH.
@@ -486,8 +487,12 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
                 load(target, stack + [real], item.loc, root)
         files.append(ast.RuleFile(display, tuple(i for i in parsed.items if not isinstance(i, ast.Include))))
 
+    bundled = os.path.realpath(os.path.join(os.path.dirname(__file__), "rules"))
     for path in paths:
-        load(str(path), [], None, os.path.dirname(os.path.realpath(str(path))))
+        real = os.path.realpath(str(path))
+        # a bundled rule file may include any bundled file (rules/onnx/default.rlxr includes ../default.rlxr)
+        root = bundled if os.path.commonpath([bundled, real]) == bundled else os.path.dirname(real)
+        load(str(path), [], None, root)
     return files, sources
 
 
