@@ -321,11 +321,10 @@ def _uses_names_twice(scope: RuleScope) -> bool:
 
 
 def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Diagnostic]:
+    split = {path: text.splitlines() for path, text in sources.items()}
+
     def line(loc):
-        text = sources.get(loc.file)
-        if text is None:
-            return None
-        lines = text.splitlines()
+        lines = split.get(loc.file, [])
         return lines[loc.line - 1] if 0 < loc.line <= len(lines) else None
 
     warnings: list[Diagnostic] = []
@@ -334,22 +333,32 @@ def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Di
         members = sorted((s for s in checked.rules if s.phase == phase.name),
                          key=lambda s: (-s.rule.priority, order[id(s)]))
         trees = {id(s): pattern_tree(s, registry, side=s.rule.name) for s in members}
+        root_ops = {id(s): frozenset(s.slots[s.roots[0]].pattern.ops) if s.roots else frozenset() for s in members}
+        # one warning per later rule: the first earlier rule it overlaps with, and how many others
+        overlaps: dict[int, list[RuleScope]] = {}
         for i, first in enumerate(members):
             for later in members[i + 1:]:
                 a, b = trees[id(first)], trees[id(later)]
-                if a is None or b is None:
-                    continue
+                if a is None or b is None or not (root_ops[id(first)] & root_ops[id(later)]):
+                    continue  # different root ops never overlap, nor shadow each other
                 if not _has_guards(first) and not _uses_names_twice(first) and subsumes(a, b):
                     warnings.append(Diagnostic(later.rule.loc, (
                         f"rule {later.rule.name!r} is shadowed: {first.rule.name!r} ({first.rule.loc}) runs first in "
                         f"phase {phase.name!r}, has no guards and matches everything it matches"),
                         "warning", line(later.rule.loc)))
                 elif first.rule.priority == later.rule.priority and can_overlap(a, b):
-                    warnings.append(Diagnostic(later.rule.loc, (
-                        f"rules {first.rule.name!r} ({first.rule.loc}) and {later.rule.name!r} overlap: both can match "
-                        f"the same root in phase {phase.name!r} at priority {first.rule.priority}; "
-                        f"{first.rule.name!r} is tried first (give one a priority, or guards that tell them apart)"),
-                        "warning", line(later.rule.loc)))
+                    overlaps.setdefault(id(later), []).append(first)
+        for later in members:
+            firsts = overlaps.get(id(later))
+            if not firsts:
+                continue
+            first = firsts[0]
+            others = f" (and {len(firsts) - 1} more earlier rules)" if len(firsts) > 1 else ""
+            warnings.append(Diagnostic(later.rule.loc, (
+                f"rules {first.rule.name!r} ({first.rule.loc}) and {later.rule.name!r} overlap{others}: both can match "
+                f"the same root in phase {phase.name!r} at priority {first.rule.priority}; "
+                f"{first.rule.name!r} is tried first (give one a priority, or guards that tell them apart)"),
+                "warning", line(later.rule.loc)))
         warnings.extend(_termination(phase, members, line))
     return warnings
 

@@ -398,6 +398,9 @@ class _Checker:
                 elif name in scope.roots:
                     self.error(loc, f"keep names {name!r}, the root that the rewrite replaces")
         for ex in rule.expects:
+            if ex.path.startswith(("/", "\\")) or (len(ex.path) > 1 and ex.path[1] == ":") \
+                    or not ex.path.endswith(".json"):
+                self.error(ex.loc, f"expect reads {ex.path!r}: an example must be a relative path to a .json graph")
             for name, value in ex.params:
                 if name not in self.params:
                     self.error(ex.loc, f"expect sets unknown parameter {name!r}{suggest(name, self.params)}")

@@ -21,6 +21,7 @@ examples:
   rlx-rules explain g.json --rule fuse_attention_block   # why a rule did not fire, with values
   rlx-rules verify                                 # every bundled rule proves itself by execution
   rlx-rules import model.onnx -o model.graph.json  # ONNX (or RLX serde JSON) to graph.json
+  rlx-rules show g.json -r --node 12 --svg g.svg   # summary, and a drawing before and after rewriting
 """
 
 
@@ -70,8 +71,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
         for w in graph.warnings:
             print(f"warning: {args.graph}: {w}", file=sys.stderr)
     fail_after = os.environ.get("RLX_RULES_DEBUG_FAIL_AFTER_REWRITES")
-    fused, report = rules.apply(graph, max_rewrites=args.max_rewrites, time_budget_s=args.time_budget,
-                                fail_after_rewrites=int(fail_after) if fail_after else None, explain=args.explain)
+    from .progress import progress
+
+    with progress(f"rlx-rules apply: {args.graph}", quiet=args.quiet):
+        fused, report = rules.apply(graph, max_rewrites=args.max_rewrites, time_budget_s=args.time_budget,
+                                    fail_after_rewrites=int(fail_after) if fail_after else None, explain=args.explain)
     out = args.output or _default_output(args.graph)
     to_stdout = out == "-"
     if not to_stdout and _same_file(out, args.graph) and not args.in_place:
@@ -187,8 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(run=cmd_verify)
 
     from .import_cli import add_commands
+    from .show import add_commands as add_show
 
     add_commands(sub)
+    add_show(sub)
     return parser
 
 

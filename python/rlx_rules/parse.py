@@ -463,7 +463,7 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
             raise RuleError([Diagnostic(at, f"includes nest deeper than {MAX_INCLUDE_DEPTH} files",
                                         source_line=_source_line(sources, at))])
         try:
-            with open(path, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not syntax
                 text = fh.read(MAX_SOURCE_BYTES + 1)  # bounded: parse_text refuses anything longer
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
