@@ -121,13 +121,15 @@ class Result:
         return statistics.median(self.times)
 
 
-def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, burst: int = 4, pause_s: float = 0.02) -> Dict[str, Result]:
-    """Rounds of `burst + 1` back-to-back calls per contender, contenders in turn.
+def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, pause_s: float = 0.02) -> Dict[str, Result]:
+    """Rounds of back-to-back bursts per contender, contenders in turn; medians of the timed calls.
 
     Before each burst the process sleeps `pause_s`, so that the previous contender's worker
     threads (ONNX Runtime, OpenMP, OpenBLAS and our own pool all spin for a while after a call)
-    go idle instead of competing with this one for the two cores; the first call of each burst
-    is not counted (it pays for waking this contender's own workers).
+    go idle instead of competing with this one for the two cores. A burst then warms up (at least
+    3 calls and 5 ms: after a pause the first calls of every contender run up to 2-3x slower, as
+    the cores, caches and parked threads wake up) and times `burst` calls: 8 for calls under
+    5 ms, else 2. So the medians are steady-state times, as when a model calls layer after layer.
     """
     results = {name: Result(name) for name in contenders}
     for fn in contenders.values():
@@ -137,8 +139,13 @@ def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s
     for r in range(rounds):
         for name, fn in contenders.items():
             time.sleep(pause_s)
-            fn()
-            for _ in range(burst):
+            warm_start, warm_calls = time.perf_counter(), 0
+            while warm_calls < 3 or time.perf_counter() - warm_start < 0.005:
+                t0 = time.perf_counter()
+                fn()
+                last = time.perf_counter() - t0
+                warm_calls += 1
+            for _ in range(8 if last < 0.005 else 2):
                 t0 = time.perf_counter()
                 fn()
                 results[name].times.append(time.perf_counter() - t0)
@@ -299,7 +306,7 @@ def threshold(args) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=50, help="most rounds (of 4 timed calls per contender) per shape")
+    parser.add_argument("--rounds", type=int, default=50, help="most rounds (of 2-8 timed calls per contender) per shape")
     parser.add_argument("--budget", type=float, default=4.0, help="seconds per shape before stopping early (at least 8 rounds)")
     parser.add_argument("--hidden", type=int, nargs="+", default=[h for h, _ in MODELS + SMALL_MODELS], help="subset of hidden sizes (768, 384, 256, 128)")
     parser.add_argument("--bs", nargs="+", default=[f"{b}x{s}" for b, s in SHAPES_BS], help="subset of BxS shapes, e.g. 1x8 8x128")
