@@ -42,7 +42,7 @@ def test_parent_and_symlinked_includes_cannot_leave_the_top_level_folder(tmp_pat
     (rules / "sub" / "link.rlxr").symlink_to(tmp_path / "secret.rlxr")
     (rules / "via_link.rlxr").write_text('include "sub/link.rlxr"\n')
     for name in ["up.rlxr", "deep.rlxr", "via_link.rlxr"]:
-        with pytest.raises(rlx_rules.RuleError, match="leaves the folder of the rule file it started from"):
+        with pytest.raises(rlx_rules.RuleError, match="leaves the include root of the rule file it started from"):
             rlx_rules.compile_rules([rules / name])
     # inside the tree, going up from a subfolder is fine; and files elsewhere can be named on the command line
     (rules / "sub" / "b.rlxr").write_text('include "../c.rlxr"\n')
@@ -175,3 +175,15 @@ def test_rust_engine_reads_no_environment_while_applying(tmp_path):
         assert proc.returncode == 0, proc.stderr
         outs.append(out.read_text())
     assert outs[0] == outs[1]
+
+
+def test_a_rules_library_is_one_include_tree_wherever_it_is_installed(tmp_path):
+    lib = tmp_path / "rules"
+    (lib / "onnx").mkdir(parents=True)
+    (lib / "default.rlxr").write_text("rule a { match { n = Gelu(x) } rewrite n => Relu(x) }\n")
+    (lib / "onnx" / "default.rlxr").write_text('include "../default.rlxr"\n')
+    assert rlx_rules.compile_rules([lib / "onnx" / "default.rlxr"]).rule_names == ["a"]
+    (tmp_path / "outside.rlxr").write_text("rule b { match { n = Silu(x) } rewrite n => Relu(x) }\n")
+    (lib / "onnx" / "escape.rlxr").write_text('include "../../outside.rlxr"\n')
+    with pytest.raises(rlx_rules.RuleError, match="leaves the include root"):
+        rlx_rules.compile_rules([lib / "onnx" / "escape.rlxr"])

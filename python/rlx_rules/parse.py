@@ -438,10 +438,9 @@ MAX_INCLUDE_DEPTH = 16
 def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
     """Parse rule files and, depth first, the files they include (each file once, in include order).
 
-    Include paths are relative to the including file, and must stay inside the folder of the file named
-    in `paths` that the include chain started from (after resolving symbolic links), or, for a file of
-    the bundled library, inside the bundled library: rules are data, and a rule file reads no file
-    outside its own tree (docs/security.md). Returns the files in the order
+    Include paths are relative to the including file, and must stay inside the include root of the file
+    named in `paths` that the include chain started from (see `include_root`): rules are data, and a
+    rule file reads no file outside its own tree (docs/security.md). Returns the files in the order
     their items apply, and each file's source text (for diagnostics). Raises RuleError for unreadable
     files, syntax errors, include cycles, includes that leave the tree, and includes nested deeper than
     MAX_INCLUDE_DEPTH.
@@ -480,20 +479,33 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
                                                           "to the including file", source_line=_source_line(sources, item.loc))])
                 target = os.path.join(os.path.dirname(path), item.path)
                 if os.path.commonpath([root, os.path.realpath(target)]) != root:
-                    raise RuleError([Diagnostic(item.loc, f"include {item.path!r} leaves the folder of the rule file it "
+                    raise RuleError([Diagnostic(item.loc, f"include {item.path!r} leaves the include root of the rule file it "
                                                           f"started from ({root}); a rule file may include only files "
                                                           "under that folder (pass other files separately)",
                                                 source_line=_source_line(sources, item.loc))])
                 load(target, stack + [real], item.loc, root)
         files.append(ast.RuleFile(display, tuple(i for i in parsed.items if not isinstance(i, ast.Include))))
 
-    bundled = os.path.realpath(os.path.join(os.path.dirname(__file__), "rules"))
     for path in paths:
-        real = os.path.realpath(str(path))
-        # a bundled rule file may include any bundled file (rules/onnx/default.rlxr includes ../default.rlxr)
-        root = bundled if os.path.commonpath([bundled, real]) == bundled else os.path.dirname(real)
-        load(str(path), [], None, root)
+        load(str(path), [], None, include_root(str(path)))
     return files, sources
+
+
+def include_root(path: str) -> str:
+    """The folder a rule file's includes must stay in: its own folder, or, when it lies inside a folder
+    named `rules` (a rule library, such as the bundled one), that whole library, so that
+    `rules/onnx/default.rlxr` may include `../default.rlxr`. Symbolic links are resolved first."""
+    import os
+
+    folder = os.path.dirname(os.path.realpath(path))
+    probe = folder
+    while True:
+        if os.path.basename(probe) == "rules":
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return folder
+        probe = parent
 
 
 def _source_line(sources: dict[str, str], loc: ast.Loc | None) -> str | None:
