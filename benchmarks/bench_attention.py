@@ -121,12 +121,13 @@ class Result:
         return statistics.median(self.times)
 
 
-def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, pause_s: float = 0.02) -> Dict[str, Result]:
+def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, pause_s: float = 0.06) -> Dict[str, Result]:
     """Rounds of back-to-back bursts per contender, contenders in turn; medians of the timed calls.
 
     Before each burst the process sleeps `pause_s`, so that the previous contender's worker
-    threads (ONNX Runtime, OpenMP, OpenBLAS and our own pool all spin for a while after a call)
-    go idle instead of competing with this one for the two cores. A burst then warms up (at least
+    threads go idle instead of competing with this one for the two cores (measured here: ONNX
+    Runtime's intra-op workers spin about 30 ms after a run; our pool 0.1 ms; OpenMP and
+    OpenBLAS are told above not to spin). A burst then warms up (at least
     3 calls and 5 ms: after a pause the first calls of every contender run up to 2-3x slower, as
     the cores, caches and parked threads wake up) and times `burst` calls: 8 for calls under
     5 ms, else 2. So the medians are steady-state times, as when a model calls layer after layer.
