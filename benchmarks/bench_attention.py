@@ -128,8 +128,9 @@ def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s
     threads go idle instead of competing with this one for the two cores (measured here: ONNX
     Runtime's intra-op workers spin about 30 ms after a run; our pool 0.1 ms; OpenMP and
     OpenBLAS are told above not to spin). A burst then warms up (at least
-    3 calls and 5 ms: after a pause the first calls of every contender run up to 2-3x slower, as
-    the cores, caches and parked threads wake up) and times `burst` calls: 8 for calls under
+    3 calls and 30 ms: after a pause the first calls of every contender run up to 2-3x slower, as
+    the cores, caches and parked threads wake up, and on this VM two threads need some 10-30 ms
+    to get back to full speed) and times `burst` calls: 8 for calls under
     5 ms, else 2. So the medians are steady-state times, as when a model calls layer after layer.
     """
     results = {name: Result(name) for name in contenders}
@@ -141,7 +142,7 @@ def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s
         for name, fn in contenders.items():
             time.sleep(pause_s)
             warm_start, warm_calls = time.perf_counter(), 0
-            while warm_calls < 3 or time.perf_counter() - warm_start < 0.005:
+            while warm_calls < 3 or time.perf_counter() - warm_start < 0.03:
                 t0 = time.perf_counter()
                 fn()
                 last = time.perf_counter() - t0
