@@ -38,6 +38,9 @@ class Program:
         max_rewrites: Optional[int] = None,
         time_budget_s: Optional[float] = None,
         fail_after_rewrites: Optional[int] = None,
+        explain: Optional[str] = None,
+        explain_rule: Optional[str] = None,
+        explain_node: Optional[int] = None,
     ) -> tuple[Graph, str]: ...
     @property
     def rule_names(self) -> list[str]: ...
