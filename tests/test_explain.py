@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import rlx_rules
 from rlx_rules.cli import main
 
 from conftest import add_node, node_named, seed_graph

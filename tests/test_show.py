@@ -12,7 +12,7 @@ import pytest
 
 import rlx_rules
 from rlx_rules import show
-from rlx_rules.cli import ExitCode
+from rlx_rules.cli import ExitCode, main
 from rlx_rules.progress import enabled_for, progress
 
 
@@ -24,7 +24,7 @@ def graph_file(tmp_path):
 
 
 def test_summary_lists_size_histogram_inputs_and_outputs(graph_file, capsys):
-    assert show.main(["show", str(graph_file)]) == ExitCode.OK
+    assert main(["show", str(graph_file)]) == ExitCode.OK
     out = capsys.readouterr().out
     assert "graph bert_encoder_2l: 60 nodes," in out
     assert "MatMul                       8" in out and "Attention                    2" in out
@@ -33,7 +33,7 @@ def test_summary_lists_size_histogram_inputs_and_outputs(graph_file, capsys):
 
 
 def test_summary_after_the_bundled_rules_marks_fused_nodes(graph_file, capsys):
-    assert show.main(["show", str(graph_file), "-r"]) == ExitCode.OK
+    assert main(["show", str(graph_file), "-r"]) == ExitCode.OK
     out = capsys.readouterr().out
     assert "before bert_encoder_2l: 60 nodes" in out and "after bert_encoder_2l: 36 nodes" in out
     assert "FusedAttentionBlock          2" in out
@@ -42,7 +42,7 @@ def test_summary_after_the_bundled_rules_marks_fused_nodes(graph_file, capsys):
 
 def test_dot_of_the_whole_graph_has_every_node_and_edge(graph_file, tmp_path):
     dot = tmp_path / "g.dot"
-    assert show.main(["show", str(graph_file), "--dot", str(dot)]) == ExitCode.OK
+    assert main(["show", str(graph_file), "--dot", str(dot)]) == ExitCode.OK
     text = dot.read_text()
     graph = rlx_rules.Graph.load(graph_file)
     assert text.startswith("digraph rlx {") and text.rstrip().endswith("}")
@@ -55,7 +55,7 @@ def test_dot_of_the_whole_graph_has_every_node_and_edge(graph_file, tmp_path):
 
 def test_dot_before_and_after_around_a_node(graph_file, tmp_path):
     dot = tmp_path / "part.dot"
-    assert show.main(["show", str(graph_file), "-r", "--node", "5", "--radius", "1", "--dot", str(dot)]) == 0
+    assert main(["show", str(graph_file), "-r", "--node", "5", "--radius", "1", "--dot", str(dot)]) == 0
     text = dot.read_text()
     assert "subgraph cluster_before" in text and "subgraph cluster_after" in text
     before_ids = {line.split()[0] for line in text.splitlines() if line.startswith("    b") and "[label=" in line
@@ -66,16 +66,16 @@ def test_dot_before_and_after_around_a_node(graph_file, tmp_path):
 
 
 def test_dot_to_stdout_and_a_bad_node(graph_file, capsys):
-    assert show.main(["show", str(graph_file), "--dot", "-"]) == ExitCode.OK
+    assert main(["show", str(graph_file), "--dot", "-"]) == ExitCode.OK
     assert "digraph rlx {" in capsys.readouterr().out
-    assert show.main(["show", str(graph_file), "--node", "999"]) == ExitCode.GRAPH_ERROR
+    assert main(["show", str(graph_file), "--node", "999"]) == ExitCode.GRAPH_ERROR
     assert "no node with id 999" in capsys.readouterr().err
 
 
 def test_svg_without_graphviz_fails_clearly(graph_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     out = tmp_path / "g.svg"
-    assert show.main(["show", str(graph_file), "--svg", str(out)]) == ExitCode.USAGE
+    assert main(["show", str(graph_file), "--svg", str(out)]) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert "needs Graphviz's `dot` program" in err and "--dot FILE" in err
     assert not out.exists()
@@ -84,13 +84,13 @@ def test_svg_without_graphviz_fails_clearly(graph_file, tmp_path, monkeypatch, c
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed (optional extra)")
 def test_svg_with_graphviz(graph_file, tmp_path):
     out = tmp_path / "g.svg"
-    assert show.main(["show", str(graph_file), "-r", "--svg", str(out)]) == ExitCode.OK
+    assert main(["show", str(graph_file), "-r", "--svg", str(out)]) == ExitCode.OK
     svg = out.read_text()
     assert "<svg" in svg and "FusedAttentionBlock" in svg and "before: 60 nodes" in svg
 
 
 def test_unwritable_dot_output_is_an_output_error(graph_file, tmp_path, capsys):
-    assert show.main(["show", str(graph_file), "--dot", str(tmp_path / "no" / "such" / "g.dot")]) \
+    assert main(["show", str(graph_file), "--dot", str(tmp_path / "no" / "such" / "g.dot")]) \
         == ExitCode.OUTPUT_ERROR
     assert "cannot write" in capsys.readouterr().err
 

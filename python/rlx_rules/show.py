@@ -18,8 +18,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections import Counter, deque
-from typing import Iterable, Optional, Sequence
+from collections import deque
+from typing import Optional
 
 from .errors import GraphError
 from .graph import Graph, Node
@@ -251,31 +251,3 @@ def add_commands(subparsers) -> None:
     p.add_argument("--dot", metavar="FILE", help="write the drawing as Graphviz DOT text ('-' for stdout)")
     p.add_argument("--svg", metavar="FILE", help="write the drawing as SVG (needs Graphviz's dot)")
     p.set_defaults(run=cmd_show)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run `show` alone (for tests, and until the main CLI lists it), with the main CLI's error handling."""
-    from .cli import ExitCode
-    from .errors import ApplyError, ParamError, ProgramError, RuleError
-
-    parser = argparse.ArgumentParser(prog="rlx-rules")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.run(args))
-    except RuleError as e:
-        print(e, file=sys.stderr)
-        return ExitCode.RULE_ERROR
-    except ParamError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.PARAM_ERROR
-    except GraphError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.GRAPH_ERROR
-    except (ApplyError, ProgramError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.APPLY_ERROR
-
-
-if __name__ == "__main__":
-    sys.exit(main())
