@@ -220,7 +220,7 @@ pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
             failed,
         });
     }
-    records.sort_by(|a, b| b.rank().cmp(&a.rank()));
+    records.sort_by_key(|r| std::cmp::Reverse(r.rank()));
     if !options.all {
         records.truncate(1);
     }
