@@ -48,9 +48,31 @@ def test_deliberately_wrong_rules_are_caught(path, needle):
     assert any(needle in f for r in report.rules for f in r.failures), str(report)
 
 
-def test_a_rule_without_examples_is_reported():
-    report = verify([pathlib.Path(__file__).parent / "rules" / "pass" / "features.rlxr"])
-    assert not report.ok and "carries no example" in str(report)
+def test_every_library_rule_gets_a_graph_synthesized_from_its_pattern_and_guards(library_report):
+    assert all(v.synthesized for v in library_report.rules), [v.rule for v in library_report.rules if not v.synthesized]
+
+
+def test_a_rule_without_examples_is_verified_on_its_synthesized_graph(tmp_path):
+    path = tmp_path / "r.rlxr"
+    path.write_text("""
+rule fold_scale {
+  match { m = Mul(Narrow(c), s) { } }
+  where rank(s) == 0
+  rewrite m => Narrow(Mul(c, s)) { }
+}
+""".replace("Narrow(Mul(c, s)) { }", "Relu(c)").replace("Mul(Narrow(c), s) { }", "Mul(Narrow(c), s)"))
+    report = verify([path])
+    [verdict] = report.rules
+    assert verdict.synthesized and "verified on the synthesized graph" in str(report)
+    # this rewrite is wrong (Relu(c) is not c[...] * s), and running the synthesized graph shows it
+    assert not report.ok and "on <synthesized>: the rewritten graph does not run" in str(report)
+
+
+def test_nothing_to_verify_on_is_a_failure(tmp_path):
+    path = tmp_path / "r.rlxr"
+    path.write_text("rule odd { match { n = Gelu(x) } where rank(x) == 2 and rank(x) == 3 rewrite n => Relu(x) }\n")
+    report = verify([path])
+    assert not report.ok and "nothing to verify on" in str(report)
 
 
 def test_cli_verify_exit_codes(capsys):

@@ -476,8 +476,7 @@ def _rms_norm(it, node, args):
     # RLX's RmsNorm writes its declared shape: FuseRmsNormReshape gives it the flattened shape of the
     # Reshape it absorbed ([prod(leading), H]), the same elements in the same order.
     shape = node.shape
-    if shape is not None and all(isinstance(d, int) for d in shape) and tuple(shape) != y.shape \
-            and int(np.prod(shape)) == y.size and shape and shape[-1] == y.shape[-1]:
+    if shape is not None and y.ndim >= 2 and list(shape) == [int(np.prod(y.shape[:-1])), y.shape[-1]]:
         y = y.reshape(shape)
     return y
 

@@ -2,7 +2,9 @@
 
 For each rule, alone in its own program:
 
-1. Each example the rule carries (`expect fires N on "graph.json"`) is applied. The rule must fire
+1. A graph is synthesized from the rule alone (synthesize.py): the pattern's skeleton, repaired
+   until every guard holds. It and each example the rule carries (`expect fires N on "graph.json"`)
+   are applied. The rule must fire
    exactly N times. Where it fires, the interpreter runs the graph before and after the rewrite, on
    random inputs and parameters, and the outputs must agree within a stated tolerance.
 2. From each example that fires, verify derives mutants. Each one changes one thing: an attribute
@@ -31,6 +33,7 @@ import numpy as np
 from .api import RuleSet, compile_rules, default_rules
 from .errors import RlxRulesError
 from .graph import Graph
+from .synthesize import synthesize
 
 RTOL, ATOL = 1e-6, 1e-8
 
@@ -45,6 +48,8 @@ class RuleVerdict:
     guards_covered: set[str] = field(default_factory=set)
     guards: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    synthesized: bool = False
 
     @property
     def ok(self) -> bool:
@@ -56,11 +61,15 @@ class RuleVerdict:
 
     def summary(self) -> str:
         status = "ok  " if self.ok else "FAIL"
-        line = (f"{status} {self.rule}: {self.examples} examples, {self.variants} variants fired and kept values, "
+        origin = "a synthesized graph and " if self.synthesized else ""
+        line = (f"{status} {self.rule}: {origin}{self.examples - self.synthesized} examples, "
+                f"{self.variants} variants fired and kept values, "
                 f"{self.near_misses} near misses refused; guards covered {len(self.guards) - len(self.uncovered)}"
                 f"/{len(self.guards)}")
         if self.uncovered:
             line += "\n       no near miss found for: " + "; ".join(self.uncovered)
+        for note in self.notes:
+            line += f"\n       note: {note}"
         for failure in self.failures:
             line += f"\n       {failure}"
         return line
@@ -215,13 +224,27 @@ def verify_rule(rules: RuleSet, rule: dict, *, seed: int = 0, max_mutants: Optio
     single = RuleSet(single_rule_program(rules.program, name))
     verdict = RuleVerdict(name, rule["loc"], guards=guard_texts(rules.program, rule))
     enums = _enum_values()
-    if not rule.get("examples"):
-        verdict.failures.append("the rule carries no example (add: expect fires N on \"graph.json\")")
-    for example in rule.get("examples", []):
+    # First a graph built from the rule alone (its pattern and guards), then the rule's own examples.
+    firing = [ex for ex in rule.get("examples", []) if ex["fires"]]
+    synth_params = dict(firing[0].get("params") or {}) if firing else {}
+    synthesized = synthesize(rule, rules.program, single, synth_params)
+    sources: list[tuple[dict, Optional[dict]]] = [(ex, None) for ex in rule.get("examples", [])]
+    if synthesized is None:
+        verdict.notes.append("no graph could be synthesized from the pattern and guards alone")
+        if not firing:
+            verdict.failures.append("nothing to verify on: no graph could be synthesized and the rule carries no "
+                                    "example that fires (add: expect fires N on \"graph.json\")")
+    else:
+        if not rule.get("examples"):
+            verdict.notes.append("the rule carries no example; verified on the synthesized graph")
+        verdict.synthesized = True
+        sources.insert(0, ({"path": "<synthesized>", "fires": 1, "params": synth_params, "loc": rule["loc"]},
+                           synthesized))
+    for example, data in sources:
         verdict.examples += 1
         where = f"{os.path.basename(example['path'])}"
         try:
-            graph = Graph.load(example["path"])
+            graph = Graph.from_dict(data) if data is not None else Graph.load(example["path"])
         except RlxRulesError as err:
             verdict.failures.append(f"{example['loc']}: example {where} does not load: {err}")
             continue

@@ -1,0 +1,409 @@
+"""Build a graph that a rule fires on from the rule alone: its pattern's skeleton, then repairs driven by its guards.
+
+The skeleton has one node per op binding, with the pattern's edges, and one Input per leaf or
+wildcard. Attributes start at defaults taken from the registry, and leaves start with the shape
+[2, 4, 24]. Each round of repair then does two things:
+
+1. The reference interpreter computes every node's shape. An op that cannot run (a MatMul whose
+   inner dims differ, a norm whose gamma is the wrong size, and so on) gets its operands fixed by
+   the op's own shape rule.
+2. `explain` names the first failed guard. A guard of a known form is satisfied directly:
+   - `attr == expr`, `attr in {..}` or an ordering: the attribute takes the value;
+   - `rank(x) <= n`, `dim(x, i) == e`, `shape(a) == shape(b)`: a leaf's shape changes;
+   - `a or b`: the first branch is tried.
+
+The result is a graph on which the rule fires, or None if the repairs get stuck (the caller
+reports that).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Optional
+
+import numpy as np
+
+from .registry import Registry, builtin_registry
+
+LEAF_SHAPE = [2, 4, 24]
+MAX_ROUNDS = 60
+
+
+class _Stuck(Exception):
+    pass
+
+
+def _default_attr(spec) -> object:
+    if spec.nullable:
+        return None
+    if spec.type == "int":
+        return 1
+    if spec.type == "float":
+        return 1e-5
+    if spec.type == "bool":
+        return False
+    if spec.type == "enum":
+        return spec.values[0]
+    if spec.type == "int_list":
+        return []
+    return None
+
+
+class Skeleton:
+    """The rule's pattern as concrete nodes: ops, inputs, attributes, leaf shapes."""
+
+    def __init__(self, rule: dict, registry: Registry):
+        self.rule = rule
+        self.registry = registry
+        code = rule["code"]
+        names = [s["name"] for s in rule["slots"]]
+        ops = {0: rule["root_ops"][0]}
+        arity: dict[int, int] = {}
+        edges: dict[tuple[int, int], int] = {}
+        for ins in code:
+            if ins["i"] == "op":
+                ops[ins["slot"]] = ins["ops"][0]
+            elif ins["i"] == "arity":
+                arity[ins["slot"]] = ins["n"]
+            elif ins["i"] in ("input", "same"):
+                edges[(ins["slot"], ins["index"])] = ins["to"] if ins["i"] == "input" else ins["as"]
+        group = rule.get("group")
+        members = group["min"] if group else 1
+        per_member = set(group["members"]) if group else set()
+        self.nodes: dict[int, dict] = {}
+        self.slot_nodes: list[dict[int, int]] = []  # per member: slot -> node id
+        next_id = [0]
+
+        def new_node(op, name=None):
+            nid = next_id[0]
+            next_id[0] += 1
+            self.nodes[nid] = {"id": nid, "op": op, "inputs": [], "attrs": {}, "name": name}
+            return nid
+
+        shared: dict[int, int] = {}
+        for m in range(members):
+            mapping: dict[int, int] = {}
+            for s, name in enumerate(names):
+                if s in shared:
+                    mapping[s] = shared[s]
+                    continue
+                suffix = f"_{m}" if m and s in per_member else ""
+                nid = new_node(ops.get(s, "Input"), name + suffix)
+                mapping[s] = nid
+                if group and s not in per_member:
+                    shared[s] = nid
+            for s, op in ops.items():
+                nid = mapping[s]
+                if m and s not in per_member:
+                    continue
+                inputs = []
+                for i in range(arity.get(s, 0)):
+                    if (s, i) in edges:
+                        inputs.append(mapping[edges[(s, i)]])
+                    else:
+                        inputs.append(new_node("Input", f"_{nid}_{i}"))
+                self.nodes[nid]["inputs"] = inputs
+                spec = registry.get(op)
+                if spec is not None:
+                    self.nodes[nid]["attrs"] = {a: _default_attr(sp) for a, sp in spec.attrs.items() if not sp.optional}
+            self.slot_nodes.append(mapping)
+        self.shapes: dict[int, list] = {nid: list(LEAF_SHAPE) for nid, n in self.nodes.items() if n["op"] == "Input"}
+        self.root = self.slot_nodes[0][0]
+        self.outputs = [mapping[0] for mapping in self.slot_nodes]
+
+    # ---- graph.json ----
+    def order(self) -> list[int]:
+        seen, out = set(), []
+
+        def visit(n):
+            if n in seen:
+                return
+            seen.add(n)
+            for i in self.nodes[n]["inputs"]:
+                visit(i)
+            out.append(n)
+
+        for n in sorted(self.nodes):
+            visit(n)
+        return out
+
+    def graph(self) -> dict:
+        nodes = []
+        for nid in self.order():
+            n = self.nodes[nid]
+            node = {"id": nid, "op": n["op"], "name": n["name"], "shape": self.shapes.get(nid), "dtype": "f32"}
+            if n["inputs"]:
+                node["inputs"] = list(n["inputs"])
+            if n["attrs"]:
+                node["attrs"] = dict(n["attrs"])
+            nodes.append(node)
+        return {"format": "rlx-graph", "version": 1, "name": f"synthesized_{self.rule['name']}",
+                "nodes": nodes, "outputs": list(self.outputs)}
+
+    # ---- shapes, by running the ops ----
+    def infer_shapes(self) -> None:
+        from .interpret import _OPS, Interpreter
+
+        runner = Interpreter({"format": "rlx-graph", "version": 1, "nodes": [], "outputs": []})
+        self.consistent = True
+        for _ in range(MAX_ROUNDS):
+            values = {nid: np.random.default_rng(0).standard_normal(self.shapes[nid]) * 0.1
+                      for nid, n in self.nodes.items() if n["op"] == "Input"}
+            repaired = False
+            for nid in self.order():
+                n = self.nodes[nid]
+                if n["op"] == "Input":
+                    continue
+                args = [values[i] for i in n["inputs"]]
+                try:
+                    out = np.asarray(_OPS[n["op"]](runner, _as_node(nid, n), args))
+                except Exception as err:  # noqa: BLE001 - any failure means the operands need repair
+                    try:
+                        self.repair_op(nid, err, values)
+                        repaired = True
+                        break
+                    except _Stuck:
+                        # a guard may still fix it: keep a provisional shape and go on
+                        self.consistent = False
+                        out = np.zeros(self.shapes.get(nid) or (list(args[0].shape) if args else []))
+                values[nid] = out
+                self.shapes[nid] = list(out.shape)
+            if not repaired:
+                return
+        raise _Stuck("shapes do not settle")
+
+    def repair_op(self, nid: int, err: Exception, values: dict) -> None:
+        n = self.nodes[nid]
+        op, ins = n["op"], n["inputs"]
+        shape = lambda i: list(values[i].shape) if i in values else list(self.shapes.get(i, LEAF_SHAPE))  # noqa: E731
+        leaf = lambda i: self.nodes[i]["op"] == "Input"  # noqa: E731
+
+        def set_leaf(i, new_shape) -> bool:
+            if leaf(i) and self.shapes.get(i) != list(new_shape):
+                self.shapes[i] = [int(d) for d in new_shape]
+                return True
+            return False
+
+        if op in ("MatMul", "FusedMatMulBiasAct"):
+            x = shape(ins[0])
+            w = shape(ins[1])
+            width = w[-1] if w else 24
+            if set_leaf(ins[1], [x[-1], width]):
+                return
+            if len(ins) > 2 and set_leaf(ins[2], [width]):
+                return
+        if op in ("Add", "Sub", "Mul", "Div"):
+            a, b = shape(ins[0]), shape(ins[1])
+            if set_leaf(ins[1], a) or set_leaf(ins[0], b):
+                return
+        if op in ("LayerNorm", "RmsNorm"):
+            h = shape(ins[0])[-1]
+            if any(set_leaf(i, [h]) for i in ins[1:]):
+                return
+        if op in ("FusedResidualLN", "FusedResidualRmsNorm"):
+            x = shape(ins[0])
+            if set_leaf(ins[1], x) or any(set_leaf(i, [x[-1]]) for i in ins[2:]):
+                return
+        if op == "Narrow":
+            a = n["attrs"]
+            src = shape(ins[0])
+            if src:
+                ax = a.get("axis", 0) % len(src)
+                need = a.get("start", 0) + a.get("len", 1)
+                if src[ax] < need and ax != len(src) - 1:
+                    a["axis"] = len(src) - 1  # narrows slice the last axis, as a rule
+                    return
+                if src[ax] < need:
+                    src[ax] = need
+                    if set_leaf(ins[0], src):
+                        return
+                    producer = self.nodes[ins[0]]  # widen the projection that makes the sliced tensor
+                    if producer["op"] in ("MatMul", "FusedMatMulBiasAct"):
+                        w = producer["inputs"][1]
+                        if set_leaf(w, shape(w)[:-1] + [need]):
+                            if len(producer["inputs"]) > 2:
+                                set_leaf(producer["inputs"][2], [need])
+                            return
+        if op == "Reshape":
+            n["attrs"]["new_shape"] = shape(ins[0])
+            return
+        if op == "Attention":
+            kind = n["attrs"].get("mask_kind")
+            if len(ins) > 3 and kind not in ("Custom", "Bias"):
+                n["attrs"]["mask_kind"] = "Custom"  # a fourth input is a mask
+                return
+            q = shape(ins[0])
+            heads = n["attrs"].get("num_heads") or 1
+            if q[-1] % heads == 0 and n["attrs"].get("head_dim") != q[-1] // heads:
+                n["attrs"]["head_dim"] = q[-1] // heads
+                return
+            if len(ins) > 3 and set_leaf(ins[3], q[:2]):
+                return
+            if any(set_leaf(i, q) for i in ins[1:3]):
+                return
+        if op == "FusedAttentionBlock":
+            h = shape(ins[0])
+            hidden = h[-1]
+            a = n["attrs"]
+            a["num_heads"] = a.get("num_heads") or 1
+            a["head_dim"] = hidden // a["num_heads"]
+            a["has_bias"], a["has_rope"] = len(ins) >= 6, False
+            wanted = [[hidden, 3 * hidden], [hidden, hidden], h[:2], [3 * hidden], [hidden]]
+            if any(set_leaf(i, s) for i, s in zip(ins[1:6], wanted)):
+                return
+        raise _Stuck(f"{op} (node {nid}) cannot run: {err}")
+
+    # ---- guards ----
+    def node_of(self, slot: int, member: int = 0) -> int:
+        return self.slot_nodes[member][slot]
+
+    def evaluate(self, e: dict, params: dict) -> object:
+        if "lit" in e:
+            return e["lit"]
+        if "slot" in e:
+            return ("node", self.node_of(e["slot"]))
+        if "param" in e:
+            return params[e["param"]]
+        if "attr" in e:
+            node = self.evaluate(e["of"], params)[1]
+            return self.nodes[node]["attrs"].get(e["attr"])
+        if "bin" in e:
+            op = e["bin"]
+            left, right = self.evaluate(e["l"], params), self.evaluate(e["r"], params)
+            table = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                     "/": lambda a, b: a // b, "%": lambda a, b: a % b, "==": lambda a, b: a == b,
+                     "!=": lambda a, b: a != b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+                     ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "and": lambda a, b: a and b,
+                     "or": lambda a, b: a or b}
+            return table[op](left, right)
+        if "un" in e:
+            v = self.evaluate(e["e"], params)
+            return (not v) if e["un"] == "not" else -v
+        if "call" in e:
+            fn, args = e["call"], e["args"]
+            if fn in ("rank", "shape", "numel", "dim"):
+                node = self.evaluate(args[0], params)[1]
+                shape = self.shapes.get(node, [])
+                if fn == "rank":
+                    return len(shape)
+                if fn == "shape":
+                    return list(shape)
+                if fn == "numel":
+                    return int(np.prod(shape))
+                return shape[self.evaluate(args[1], params)]
+            if fn in ("min", "max"):
+                vals = [self.evaluate(a, params) for a in args]
+                return min(vals) if fn == "min" else max(vals)
+            if fn == "abs":
+                return abs(self.evaluate(args[0], params))
+            if fn == "sqrt":
+                return math.sqrt(self.evaluate(args[0], params))
+            if fn == "replace_dim":
+                lst = list(self.evaluate(args[0], params))
+                lst[self.evaluate(args[1], params)] = self.evaluate(args[2], params)
+                return lst
+        if "list" in e:
+            return [self.evaluate(i, params) for i in e["list"]]
+        raise _Stuck(f"cannot evaluate {e}")
+
+    def repair_guard(self, e: dict, params: dict, attempt: int = 0) -> bool:
+        """Change the skeleton so that guard `e` holds; False if its form is not one we know. A guard that
+        keeps failing (`attempt` > 0) is repaired from its other side, so two guards cannot undo each other."""
+        if e.get("bin") == "or":
+            return self.repair_guard(e["l"], params, attempt)
+        if e.get("bin") == "and":
+            return self.repair_guard(e["l"], params, attempt) or self.repair_guard(e["r"], params, attempt)
+        if "is_null" in e and "attr" in e["is_null"]:
+            target = e["is_null"]
+            if not e.get("negated"):
+                return self._set_attr(target, None)
+            node = self.node_of(target["of"]["slot"])
+            spec = self.registry.get(self.nodes[node]["op"])
+            attr = spec.attrs.get(target["attr"]) if spec else None
+            if attr is None:
+                return False
+            value = attr.values[0] if attr.values else {"int": 1, "float": 0.5, "bool": True}.get(attr.type, "x")
+            return self._set_attr(target, value)
+        if "in" in e and "attr" in e["in"] and not e.get("negated"):
+            literals = [i["lit"] for i in e["set"] if "lit" in i]
+            if literals:
+                return self._set_attr(e["in"], literals[0])
+        op = e.get("bin")
+        if op in ("==", "<=", ">=", "<", ">"):
+            sides = [(e["l"], e["r"], False), (e["r"], e["l"], True)]
+            if attempt % 2:
+                sides.reverse()
+            for target, other, flip in sides:
+                value = self.evaluate(other, params)
+                if op != "==":
+                    sense = op if not flip else {"<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+                    if isinstance(value, (int, float)):
+                        value = value - 1 if sense == "<" else value + 1 if sense == ">" else value
+                if "attr" in target and self._set_attr(target, value):
+                    return True
+                if target.get("call") == "rank" and isinstance(value, int) and value >= 0:
+                    node = self.evaluate(target["args"][0], params)[1]
+                    if self.nodes[node]["op"] == "Input":
+                        shape = self.shapes[node]
+                        self.shapes[node] = (shape + [1] * value)[-value:] if value else []
+                        if value > len(shape):
+                            self.shapes[node] = [1] * (value - len(shape)) + shape
+                        return True
+                if target.get("call") == "dim" and isinstance(value, int):
+                    node = self.evaluate(target["args"][0], params)[1]
+                    if self.nodes[node]["op"] == "Input":
+                        self.shapes[node][self.evaluate(target["args"][1], params)] = value
+                        return True
+                if target.get("call") == "shape" and isinstance(value, list):
+                    node = self.evaluate(target["args"][0], params)[1]
+                    if self.nodes[node]["op"] == "Input" and self.shapes[node] != value:
+                        self.shapes[node] = list(value)
+                        return True
+        return False
+
+    def _set_attr(self, target: dict, value: object) -> bool:
+        node = self.node_of(target["of"]["slot"]) if "slot" in target["of"] else None
+        if node is None or self.nodes[node]["attrs"].get(target["attr"]) == value:
+            return False
+        for mapping in self.slot_nodes:  # every member of a group alike
+            self.nodes[mapping[target["of"]["slot"]]]["attrs"][target["attr"]] = value
+        return True
+
+
+def _as_node(nid: int, n: dict):
+    from .graph import Node
+
+    return Node(nid, n["op"], tuple(n["inputs"]), dict(n["attrs"]), None, "f32", n["name"])
+
+
+def synthesize(rule: dict, program: dict, ruleset, params: Optional[dict] = None,
+               registry: Optional[Registry] = None) -> Optional[dict]:
+    """A graph on which `rule` fires, built from its pattern and guards; None if the repairs get stuck."""
+    registry = registry or builtin_registry()
+    declared = {p["name"]: p["default"] for p in program["params"]}
+    params = {**declared, **(params or {})}
+    try:
+        sk = Skeleton(rule, registry)
+        guards = {(i["loc"], i["text"]): i["expr"] for i in rule["code"] if i["i"] == "guard"}
+        guards.update({(g["loc"], g["text"]): g["expr"] for g in rule.get("group_guards", [])})
+        tries: dict = {}
+        for _ in range(MAX_ROUNDS):
+            sk.infer_shapes()
+            graph = sk.graph()
+            _, report = ruleset.apply(copy.deepcopy(graph), params)
+            if report.fired(rule["name"]) and sk.consistent:
+                return graph
+            records = [r for r in ruleset.explain(graph, params, rule=rule["name"], all=True)
+                       if r["root"] in (sk.root, None)]
+            if not records:
+                return None
+            check = records[0]["failed"][0]
+            key = (check["loc"], check["check"])
+            expr = guards.get(key)
+            tries[key] = tries.get(key, 0) + 1
+            if expr is None or not sk.repair_guard(expr, params, tries[key] - 1):
+                return None
+    except (_Stuck, KeyError, TypeError, IndexError, ZeroDivisionError, ValueError):
+        return None
+    return None
