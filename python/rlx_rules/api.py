@@ -8,14 +8,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
-from . import _native
+from . import _native, ast
 from .analyze import analyze
 from .check import check
 from .compile import compile_program
-from .errors import Diagnostic
+from .errors import Diagnostic, RuleError
 from .graph import Graph, load_graph
 from .params import ParamValue, resolve
-from .parse import parse_files
+from .parse import parse_files, parse_text
 from .registry import Registry, builtin_registry
 from .report import Report
 
@@ -109,21 +109,16 @@ def compile_rules(paths: Sequence[PathLike], *, params: Optional[Mapping[str, ob
 def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mapping[str, object]] = None,
                  registry: Optional[Registry] = None) -> RuleSet:
     """Compile rules given as text (includes are not allowed here)."""
-    from .parse import parse_text
-
     registry = registry or builtin_registry()
     parsed = parse_text(text, filename)
-    from . import ast
-
     includes = [i for i in parsed.items if isinstance(i, ast.Include)]
     if includes:
-        from .errors import RuleError
-
         raise RuleError([Diagnostic(includes[0].loc, "include needs a rule file on disk; use compile_rules(paths)",
                                     source_line=text.splitlines()[includes[0].loc.line - 1])])
-    checked = check([parsed], {filename: text}, registry)
-    warnings = checked.warnings + analyze(checked, registry, {filename: text})
-    return RuleSet(compile_program(checked, registry, {filename: text}), warnings, params)
+    sources = {filename: text}
+    checked = check([parsed], sources, registry)
+    warnings = checked.warnings + analyze(checked, registry, sources)
+    return RuleSet(compile_program(checked, registry, sources), warnings, params)
 
 
 def load_rules(*paths: PathLike, params: Optional[Mapping[str, object]] = None) -> RuleSet:
