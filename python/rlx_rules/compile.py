@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from . import ast
-from .check import CheckedRules, RuleScope, absorbed, pattern_children
+from .check import CheckedRules, RuleScope, absorbed, literal_value, pattern_children
 from .registry import Registry
 
 PROGRAM_FORMAT = "rlx-program"
@@ -169,10 +170,6 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
         spec = scope.group.group
         group = {"min": spec.min, "max": spec.max, "shared": sorted(index[n] for n, _ in spec.sharing),
                  "members": sorted(index[n] for n in scope.members if n in index)}
-    import os
-
-    from .check import literal_value
-
     examples = [{"path": os.path.join(os.path.dirname(ex.loc.file), ex.path), "fires": ex.fires,
                  "params": {name: literal_value(v) for name, v in ex.params}, "loc": str(ex.loc)}
                 for ex in rule.expects]
@@ -243,8 +240,6 @@ def _place_guards(structure: list[dict], guards: list[tuple[set[int], dict]]) ->
 
 
 def _param_default(p: ast.Param) -> tuple[object, Optional[str]]:
-    from .check import literal_value
-
     d = p.default
     if isinstance(d, ast.Call) and d.fn == "env":
         return literal_value(d.args[1]), d.args[0].value
