@@ -292,9 +292,9 @@ pub fn apply(
 
     let nodes_after = work.live_count();
     let ops_after = work.op_counts();
+    let created = work.created_ids();
     let mut out = work.into_graph();
-    out.toposort().map_err(ApplyError::InvalidResult)?;
-    out.validate(registry).map_err(ApplyError::InvalidResult)?;
+    out.finish_rewrite(registry, &created).map_err(ApplyError::InvalidResult)?;
     let params_report = program
         .params
         .iter()

@@ -408,12 +408,34 @@ impl Graph {
         Ok(())
     }
 
+    /// Finish a graph that rules rewrote: sort it topologically and check its structure in full (ids,
+    /// inputs, acyclicity, outputs), but check only the `changed` nodes against the registry, since
+    /// every other node is unchanged since it was validated on loading.
+    pub fn finish_rewrite(&mut self, registry: &Registry, changed: &IdMap<()>) -> Result<(), GraphError> {
+        let index = self.id_index()?;
+        for node in self.nodes.iter().filter(|n| changed.contains_key(&n.id)) {
+            check_node_fields(node)?;
+        }
+        let (positions, ordered) = self.input_positions(&index)?;
+        let order = self.topo_order(&positions, ordered)?;
+        self.check_outputs(&index)?;
+        self.check_registry_of(registry, |n| changed.contains_key(&n.id))?;
+        if let Some(order) = order {
+            self.apply_order(&order);
+        }
+        Ok(())
+    }
+
     fn check_registry(&self, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
+        self.check_registry_of(registry, |_| true)
+    }
+
+    fn check_registry_of(&self, registry: &Registry, wanted: impl Fn(&Node) -> bool) -> Result<Vec<Warning>, GraphError> {
         let mut warnings = Vec::new();
         // One warning per unknown op, and per unknown (op, attribute), at its first node.
         let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
         let mut unknown_attrs: HashMap<(&str, &str), ()> = HashMap::new();
-        for node in &self.nodes {
+        for node in self.nodes.iter().filter(|n| wanted(n)) {
             let Some(spec) = registry.get(&node.op) else {
                 match unknown_ops.get_mut(node.op.as_str()) {
                     Some((_, count)) => *count += 1,

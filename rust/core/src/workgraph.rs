@@ -27,6 +27,8 @@ pub struct WorkGraph {
     outputs: Vec<NodeId>,
     extra: serde_json::Map<String, serde_json::Value>,
     live: usize,
+    /// Arena indices of the nodes that rewrites created.
+    created: Vec<usize>,
 }
 
 impl WorkGraph {
@@ -74,6 +76,7 @@ impl WorkGraph {
             outputs: graph.outputs,
             extra: graph.extra,
             live: n,
+            created: Vec::new(),
         }
     }
 
@@ -149,7 +152,13 @@ impl WorkGraph {
         self.output_count.push(0);
         self.alive.push(true);
         self.live += 1;
+        self.created.push(i);
         i
+    }
+
+    /// Ids of the live nodes that rewrites created (the only ones the registry has not checked).
+    pub fn created_ids(&self) -> IdMap<()> {
+        self.created.iter().filter(|&&i| self.alive[i]).map(|&i| (self.nodes[i].id, ())).collect()
     }
 
     /// Move the consumers and output uses of `old` (dead or about to die) onto `new`, which has the same id.
