@@ -177,3 +177,19 @@ rule scaled {
                        "attn_logit_softcap": None}}], "outputs": [3]}
     assert rules.apply(graph(0.5))[1].fired("scaled") == 1
     assert rules.apply(graph(0.25))[1].fired("scaled") == 0
+
+
+def test_a_rewrite_that_breaks_the_registry_is_caught_before_anything_is_returned():
+    # op(n) is a str, so the checker accepts it for an enum attribute; the value is not a MaskKind
+    rules = rlx_rules.compile_text("""
+rule bad_enum {
+  match { n = Gelu(x) }
+  rewrite n => Attention(x, x, x) { num_heads: 1, head_dim: 2, mask_kind: op(n), score_scale: null,
+                                     attn_logit_softcap: null }
+}
+""")
+    graph = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Input", "name": "x", "shape": [1, 2, 2]},
+        {"id": 1, "op": "Gelu", "inputs": [0], "shape": [1, 2, 2]}], "outputs": [1]}
+    with pytest.raises(rlx_rules.ApplyError, match="mask_kind"):
+        rules.apply(graph)
