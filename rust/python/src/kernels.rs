@@ -128,6 +128,32 @@ fn block_extras<'py>(
     Ok((mask, rope))
 }
 
+type BlockWeightArgs<'py> = (F32Arg<'py>, F32Arg<'py>, Option<F32Arg<'py>>, Option<F32Arg<'py>>);
+
+/// The four weight arguments of a fused block for hidden size `h`, checked: qkv_w [H, 3H], out_w [H, H],
+/// qkv_b [3H] and out_b [H] (biases optional).
+fn block_weight_args<'py>(
+    h: usize,
+    qkv_w: &Bound<'py, PyAny>,
+    out_w: &Bound<'py, PyAny>,
+    qkv_b: Option<&Bound<'py, PyAny>>,
+    out_b: Option<&Bound<'py, PyAny>>,
+) -> PyResult<BlockWeightArgs<'py>> {
+    let qkv_w = f32_arg("qkv_w", qkv_w, 2)?;
+    expect_shape("qkv_w", &qkv_w, &[h, 3 * h], "[H, 3H] for hidden size H")?;
+    let out_w = f32_arg("out_w", out_w, 2)?;
+    expect_shape("out_w", &out_w, &[h, h], "[H, H] for hidden size H")?;
+    let qkv_b = opt_f32_arg("qkv_b", qkv_b, 1)?;
+    if let Some(a) = &qkv_b {
+        expect_shape("qkv_b", a, &[3 * h], "[3H]")?;
+    }
+    let out_b = opt_f32_arg("out_b", out_b, 1)?;
+    if let Some(a) = &out_b {
+        expect_shape("out_b", a, &[h], "[H]")?;
+    }
+    Ok((qkv_w, out_w, qkv_b, out_b))
+}
+
 /// One-shot fused attention block on raw `[in, out]` weights.
 #[pyfunction]
 #[pyo3(signature = (hidden, qkv_w, out_w, mask=None, qkv_b=None, out_b=None, *, num_heads, rope_cos=None, rope_sin=None, threads=None))]
@@ -148,18 +174,7 @@ fn fused_attention_block<'py>(
     let x = f32_arg("hidden", hidden, 3)?;
     let (b, s, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
     let d = check_heads(h, num_heads)?;
-    let qkv_w = f32_arg("qkv_w", qkv_w, 2)?;
-    expect_shape("qkv_w", &qkv_w, &[h, 3 * h], "[H, 3H] for hidden size H")?;
-    let out_w = f32_arg("out_w", out_w, 2)?;
-    expect_shape("out_w", &out_w, &[h, h], "[H, H] for hidden size H")?;
-    let qkv_b = opt_f32_arg("qkv_b", qkv_b, 1)?;
-    if let Some(a) = &qkv_b {
-        expect_shape("qkv_b", a, &[3 * h], "[3H]")?;
-    }
-    let out_b = opt_f32_arg("out_b", out_b, 1)?;
-    if let Some(a) = &out_b {
-        expect_shape("out_b", a, &[h], "[H]")?;
-    }
+    let (qkv_w, out_w, qkv_b, out_b) = block_weight_args(h, qkv_w, out_w, qkv_b, out_b)?;
     let (mask, rope) = block_extras(b, s, d, mask, rope_cos, rope_sin)?;
     let opts = run_options(threads)?;
     let out = PyArray3::<f32>::zeros(py, [b, s, h], false);
@@ -186,20 +201,9 @@ impl PyPreparedAttentionBlock {
     #[new]
     #[pyo3(signature = (qkv_w, out_w, qkv_b=None, out_b=None, *, num_heads))]
     fn new(py: Python<'_>, qkv_w: &Bound<'_, PyAny>, out_w: &Bound<'_, PyAny>, qkv_b: Option<&Bound<'_, PyAny>>, out_b: Option<&Bound<'_, PyAny>>, num_heads: usize) -> PyResult<Self> {
-        let qkv_w = f32_arg("qkv_w", qkv_w, 2)?;
-        let h = qkv_w.shape()[0];
+        let h = f32_arg("qkv_w", qkv_w, 2)?.shape()[0];
         check_heads(h, num_heads)?;
-        expect_shape("qkv_w", &qkv_w, &[h, 3 * h], "[H, 3H]")?;
-        let out_w = f32_arg("out_w", out_w, 2)?;
-        expect_shape("out_w", &out_w, &[h, h], "[H, H] with H from qkv_w")?;
-        let qkv_b = opt_f32_arg("qkv_b", qkv_b, 1)?;
-        if let Some(a) = &qkv_b {
-            expect_shape("qkv_b", a, &[3 * h], "[3H]")?;
-        }
-        let out_b = opt_f32_arg("out_b", out_b, 1)?;
-        if let Some(a) = &out_b {
-            expect_shape("out_b", a, &[h], "[H]")?;
-        }
+        let (qkv_w, out_w, qkv_b, out_b) = block_weight_args(h, qkv_w, out_w, qkv_b, out_b)?;
         let weights = BlockWeights { qkv_w: qkv_w.slice(), qkv_b: qkv_b.as_ref().map(F32Arg::slice), out_w: out_w.slice(), out_b: out_b.as_ref().map(F32Arg::slice) };
         let mut inner = None;
         run_detached(py, || {
