@@ -564,19 +564,15 @@ class _Checker:
         rewrite = scope.rewrite = rule.rewrites[0]
         made: dict[str, ast.RewriteItem] = {}
         for item in rewrite.items:
-            if item.each:
-                if scope.group is None or item.name != scope.group.name:
-                    self.error(item.loc, f"'each {item.name} =>' needs {item.name!r} to be the rule's group")
-                elif item.name in scope.roots:
-                    self.error(item.loc, f"rewrite replaces {item.name!r} twice")
-                else:
-                    scope.roots.append(item.name)
-                uses[item.name] = uses.get(item.name, 0) + 1
-            elif item.replaces and scope.group is not None:
-                self.error(item.loc, f"a rule with a group replaces its members: write 'each {scope.group.name} => ...'")
+            if item.replaces and (scope.group is None) == item.each:
+                # a group's members are replaced with `each`; any other root with `=>`
+                self.error(item.loc, f"'each {item.name} =>' needs {item.name!r} to be the rule's group" if item.each
+                           else f"a rule with a group replaces its members: write 'each {scope.group.name} => ...'")
             elif item.replaces:
                 slot = scope.slots.get(item.name)
-                if slot is None or slot.is_leaf:
+                if item.each and item.name != scope.group.name:
+                    self.error(item.loc, f"'each {item.name} =>' needs {item.name!r} to be the rule's group")
+                elif slot is None or slot.is_leaf:
                     self.error(item.loc, f"rewrite replaces {item.name!r}, which is not a bound op pattern")
                 elif item.name in scope.roots:
                     self.error(item.loc, f"rewrite replaces {item.name!r} twice")
