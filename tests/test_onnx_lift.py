@@ -50,8 +50,8 @@ EXPECTED = {
     "bert.dynamo": (2, 0, {"FusedMatMulBiasAct": 5, "FusedResidualLN": 5}),
     "gpt2": (2, 0, {"FusedMatMulBiasAct": 4, "GeluApprox": 2}),
     "gpt2.dynamo": (2, 0, {"FusedMatMulBiasAct": 4, "GeluApprox": 2}),
-    "llama": (0, 2, {"RmsNorm": 5, "FusedSwiGLU": 2}),
-    "llama.dynamo": (0, 2, {"RmsNorm": 4, "FusedResidualRmsNorm": 1, "FusedSwiGLU": 2}),
+    "llama": (0, 2, {"RmsNorm": 5, "FusedSwiGLU": 2, "Rope": 4}),
+    "llama.dynamo": (0, 2, {"RmsNorm": 4, "FusedResidualRmsNorm": 1, "FusedSwiGLU": 2, "Rope": 4}),
 }
 
 
@@ -71,6 +71,7 @@ def test_corpus_lifts_and_matches_onnxruntime(rules, tmp_path, name):
         assert counts[op] == n, (op, counts)
     # nothing of the decomposed attention is left
     assert counts["Softmax"] == 0 and counts["Erf"] == 0 and counts["Gemm"] == 0, counts
+    assert counts["Neg"] == 0, counts  # no rotate-half chain either
     got = rlx_rules.run(out, {k: feed[k] for k in names}, weights)
     assert len(got) == len(ref)
     for a, b in zip(got, ref):

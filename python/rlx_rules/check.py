@@ -76,7 +76,12 @@ BUILTINS: dict[str, tuple[tuple[str, ...], bool, Type]] = {
     "max": (("num", "num"), False, INT),
     "abs": (("num",), False, INT),
     "sqrt": (("num",), False, FLOAT),
+    "has_fact": (("node", "fact"), False, BOOL),
 }
+
+# What has_fact() can ask of a node: facts about a constant's values, which the graph's producer (the ONNX
+# importer, rlx_rules.facts) records in the node's "facts" list. See docs/graph-format.md, "Value facts".
+FACTS = ("halves_equal", "causal_keep", "causal_bias")
 
 
 AGGREGATES = {"count", "all", "any", "sum", "first", "prefix_sum"}
@@ -310,6 +315,9 @@ class _Checker:
                 self.error(arg.loc, f"{expr.fn}() takes dims or shapes, not a node (write shape(x))")
             elif kind == "bool" and t.kind not in ("bool", "any"):
                 self.error(arg.loc, f"{expr.fn}() needs a condition, not a {t}")
+            elif kind == "fact" and not (isinstance(arg, ast.Lit) and arg.value in FACTS):
+                hint = suggest(arg.value, FACTS) if isinstance(arg, ast.Lit) and isinstance(arg.value, str) else ""
+                self.error(arg.loc, f"{expr.fn}() needs a fact name in quotes, one of {', '.join(FACTS)}{hint}")
             elif kind == "group" and not (isinstance(arg, ast.Name) and arg.id == self.group_name):
                 self.error(arg.loc, f"{expr.fn}() takes the name of the rule's group")
         # Reuse the argument types: typing them again doubled the work per nested call (2^depth).

@@ -22,6 +22,7 @@ class Node:
     shape: Optional[tuple]
     dtype: Optional[str]
     name: Optional[str]
+    facts: tuple[str, ...] = ()  # what the node's values are known to satisfy (see rlx_rules.facts)
 
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
@@ -86,7 +87,8 @@ class Graph:
         if self._nodes is None:
             self._nodes = [
                 Node(n["id"], n["op"], tuple(n.get("inputs", ())), n.get("attrs", {}),
-                     tuple(n["shape"]) if n.get("shape") is not None else None, n.get("dtype"), n.get("name"))
+                     tuple(n["shape"]) if n.get("shape") is not None else None, n.get("dtype"), n.get("name"),
+                     tuple(n.get("facts", ())))
                 for n in self.to_dict()["nodes"]
             ]
         return self._nodes

@@ -8,6 +8,7 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from . import facts
 from .errors import GraphError
 from .graph import Graph, Node, load_graph
 
@@ -1001,7 +1002,9 @@ class Interpreter:
         self.values, self.kernel_nodes, self.dims = {}, [], {}
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             for node in self.graph.nodes:
-                self.values[node.id] = self._node(node, inputs, params)
+                self.values[node.id] = value = self._node(node, inputs, params)
+                if node.facts:
+                    self._check_facts(node, value)
         return [self.values[i] for i in self.graph.outputs]
 
     def _node(self, node: Node, inputs: Mapping, params: Mapping) -> np.ndarray:
@@ -1029,6 +1032,13 @@ class Interpreter:
             value = value.astype(np.float64)
         self._check_shape(node, value, "computed")
         return value
+
+    def _check_facts(self, node: Node, value: np.ndarray) -> None:
+        """A rewrite may have relied on the node's claimed facts (has_fact); values without them are an error."""
+        try:
+            facts.check(_label(node), value.astype(bool) if node.dtype == "bool" else value, node.facts)
+        except ValueError as e:
+            raise GraphError(str(e)) from e
 
     def _leaf(self, node: Node, table: Mapping, what: str) -> np.ndarray:
         if node.name is None:
@@ -1115,7 +1125,7 @@ def run(graph, inputs: Mapping[str, object], params: Optional[Mapping[str, objec
 def random_values(graph: Union[Graph, str, dict], seed: int = 0, scale: float = 0.1) -> tuple[dict, dict]:
     """Random inputs and params for every Input and Param (and Constant without a value) of a static-shaped
     graph: standard normal inputs; params ×`scale`; Inputs named like ``mask`` a 0/1 keep mask with a padded
-    tail; integer inputs in [0, 2); bool inputs 0/1."""
+    tail; integer inputs in [0, 2); bool inputs 0/1; a node with "facts" gets values that have them."""
     rng = np.random.default_rng(seed)
     inputs, params = {}, {}
     for node in load_graph(graph).nodes:
@@ -1124,7 +1134,9 @@ def random_values(graph: Union[Graph, str, dict], seed: int = 0, scale: float = 
         if node.shape is None or not all(isinstance(d, int) for d in node.shape):
             raise GraphError(f"{_label(node)}: random_values needs a static shape, found {node.shape}")
         shape = tuple(node.shape)
-        if node.dtype in _INT or node.dtype == "bool":
+        if node.facts:  # values that keep the node's claimed facts (rlx_rules.facts)
+            value = facts.sample(shape, node.facts, rng, 1.0 if node.op == "Input" else scale)
+        elif node.dtype in _INT or node.dtype == "bool":
             value = rng.integers(0, 2, size=shape).astype(np.float64)
         elif node.op == "Input" and node.name and "mask" in node.name:
             value = np.ones(shape)

@@ -10,6 +10,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from . import facts
 from .errors import OnnxImportError
 
 try:  # the optional extra: pip install rlx-rules[onnx]
@@ -1093,6 +1094,7 @@ def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
     model = load_model(model_or_path)
     c = _Converter(model, inline_max_elements)
     graph = c.run()
+    facts.annotate(graph, c.weights)  # what the weights guarantee (duplicated rotary halves, causal masks)
     return OnnxImport(graph, c.weights, c.warnings)
 
 

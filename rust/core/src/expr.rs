@@ -279,6 +279,15 @@ impl<'a> Env<'a> {
             }
             Builtin::Op => Ok(Val::Str(g.nodes[self.node(&args[0])?].op.clone())),
             Builtin::Dtype => Ok(g.nodes[self.node(&args[0])?].dtype.clone().map_or(Val::Null, Val::Str)),
+            Builtin::HasFact => {
+                let i = self.node(&args[0])?;
+                let Val::Str(fact) = self.eval(&args[1])? else { return fail("has_fact() needs a fact name") };
+                let known = match g.nodes[i].extra.get("facts") {
+                    Some(Value::Array(facts)) => facts.iter().any(|f| f.as_str() == Some(fact.as_str())),
+                    _ => false,
+                };
+                Ok(Val::Bool(known))
+            }
             Builtin::InputCount => Ok(Val::Int(g.nodes[self.node(&args[0])?].inputs.len() as i64)),
             Builtin::Len => match self.eval(&args[0])? {
                 Val::List(items) => Ok(Val::Int(items.len() as i64)),

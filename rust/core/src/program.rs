@@ -201,6 +201,7 @@ pub enum Builtin {
     Max,
     Abs,
     Sqrt,
+    HasFact,
 }
 
 impl Builtin {
@@ -229,6 +230,7 @@ impl Builtin {
             "max" => (Builtin::Max, 2, Some(2)),
             "abs" => (Builtin::Abs, 1, Some(1)),
             "sqrt" => (Builtin::Sqrt, 1, Some(1)),
+            "has_fact" => (Builtin::HasFact, 2, Some(2)),
             _ => return None,
         })
     }

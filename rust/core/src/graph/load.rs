@@ -726,6 +726,17 @@ impl RawNode {
                 )))
             }
         };
+        // Value facts (docs/graph-format.md): rules test them with has_fact(), so a malformed list is an error,
+        // not a fact that silently never holds.
+        if let Some(facts) = self.extra.get("facts") {
+            let ok = matches!(facts, Value::Array(items) if items.iter().all(Value::is_string));
+            if !ok {
+                return Err(format_error(format!(
+                    "{}: the facts must be a list of strings, found {facts} (field \"facts\")",
+                    label()
+                )));
+            }
+        }
         Ok(Node {
             id,
             op,
