@@ -157,7 +157,7 @@ def _attr_alternatives(value: object) -> list[object]:
 
 
 def mutants(data: dict, enum_values: dict) -> Iterator[tuple[str, dict]]:
-    """Single changes to a graph: attributes, dims, extra consumers, outputs."""
+    """Single changes to a graph: attributes, dims, value facts, extra consumers, outputs."""
     next_id = max(n["id"] for n in data["nodes"]) + 1
     for i, node in enumerate(data["nodes"]):
         label = f"%{node['id']}"
@@ -175,6 +175,10 @@ def mutants(data: dict, enum_values: dict) -> Iterator[tuple[str, dict]]:
                 m = copy.deepcopy(data)
                 m["nodes"][i]["shape"][d] = option
                 yield f"{label}.shape[{d}] = {option}", m
+        for fact in node.get("facts", ()):  # a value fact that does not hold (has_fact)
+            m = copy.deepcopy(data)
+            m["nodes"][i]["facts"] = [f for f in node["facts"] if f != fact]
+            yield f"{label} without fact {fact}", m
         shape = node.get("shape")
         if isinstance(shape, list):
             for option in ([1] + shape, shape[1:]) if shape else ([1],):
