@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import struct
+import sys
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -1131,17 +1135,93 @@ def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_ma
 
 
 def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
-    """Write the weights as an uncompressed .npz (keys are Param names), through a temporary file and a rename."""
-    import zipfile
+    """Write the weights as an uncompressed .npz (keys are Param names), through a temporary file and a rename.
 
+    The archive is what np.savez writes (one NAME.npy member per weight, stored, ZIP64 extras as zipfile's
+    force_zip64 writes them), but each member's header is written once with its CRC-32 already computed, and
+    the array's bytes go to the file straight from its buffer (zipfile's writer re-seeks every member to patch
+    its header, and numpy copies each array in chunks into it)."""
     tmp = path + ".tmp.npz"
     try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, arr in weights.items():  # what np.savez writes, without its keyword-name limits
-                with zf.open(name + ".npy", "w", force_zip64=True) as f:
-                    np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            _write_npz(f, weights)
         os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise OnnxImportError(f"cannot write weights to {path}: {e}") from e
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+# ZIP records (APPNOTE 6.3), as Python's zipfile writes them.
+_ZIP_LOCAL = struct.Struct("<4s2B4H3I2H")
+_ZIP_CENTRAL = struct.Struct("<4s4B4H3I5H2I")
+_ZIP_END = struct.Struct("<4s4H2IH")
+_ZIP64_END = struct.Struct("<4sQ2H2I4Q")
+_ZIP64_LOCATOR = struct.Struct("<4sIQI")
+_ZIP64_LIMIT = (1 << 31) - 1      # zipfile's threshold for ZIP64 sizes and offsets
+_ZIP_COUNT_LIMIT = (1 << 16) - 1  # and for the number of members
+
+
+def _npy_member(arr) -> tuple[bytes, Any]:
+    """The .npy file of `arr` as (header bytes, data buffer): what np.lib.format.write_array writes."""
+    arr = np.asanyarray(arr)
+    if type(arr) is np.ndarray and arr.flags.c_contiguous and not arr.dtype.hasobject:
+        d = np.lib.format.header_data_from_array_1_0(arr)
+        head = io.BytesIO()
+        try:
+            np.lib.format.write_array_header_1_0(head, d)  # write_array's choice while the header fits 1.0
+        except ValueError:
+            pass
+        else:
+            data = arr.reshape(-1).view(np.uint8) if arr.nbytes else b""
+            return head.getvalue(), data
+    buf = io.BytesIO()  # anything else (Fortran order, strided, subclasses): numpy's own writer
+    np.lib.format.write_array(buf, arr, allow_pickle=False)
+    return buf.getvalue(), b""
+
+
+def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
+    """Write `weights` to the binary file `f` as an uncompressed .npz archive."""
+    dostime, dosdate = 0, 1 << 5 | 1  # 1980-01-01 00:00, zipfile's default for members opened by name
+    system = 0 if sys.platform == "win32" else 3
+    central = []
+    offset = 0
+    for name, arr in weights.items():
+        fname = name + ".npy"
+        if "\0" in fname:  # what zipfile.ZipInfo does to a name
+            fname = fname[:fname.index("\0")]
+        if os.sep != "/":
+            fname = fname.replace(os.sep, "/")
+        try:
+            raw_name, flags = fname.encode("ascii"), 0
+        except UnicodeEncodeError:
+            raw_name, flags = fname.encode("utf-8"), 0x800
+        head, data = _npy_member(arr)
+        size = len(head) + memoryview(data).nbytes
+        crc = zlib.crc32(data, zlib.crc32(head))
+        extra = struct.pack("<HHQQ", 1, 16, size, size)  # force_zip64: sizes in the ZIP64 extra
+        f.write(_ZIP_LOCAL.pack(b"PK\x03\x04", 45, 0, flags, 0, dostime, dosdate, crc, 0xFFFFFFFF, 0xFFFFFFFF,
+                                len(raw_name), len(extra)) + raw_name + extra + head)
+        f.write(data)
+        central.append((raw_name, flags, crc, size, offset))
+        offset += _ZIP_LOCAL.size + len(raw_name) + len(extra) + size
+    start = offset
+    for raw_name, flags, crc, size, at in central:
+        extra64 = ([size, size] if size > _ZIP64_LIMIT else []) + ([at] if at > _ZIP64_LIMIT else [])
+        extra = struct.pack("<HH" + "Q" * len(extra64), 1, 8 * len(extra64), *extra64) if extra64 else b""
+        record = _ZIP_CENTRAL.pack(b"PK\x01\x02", 45, system, 45, 0, flags, 0, dostime, dosdate, crc,
+                                   0xFFFFFFFF if size > _ZIP64_LIMIT else size,
+                                   0xFFFFFFFF if size > _ZIP64_LIMIT else size, len(raw_name), len(extra), 0, 0, 0,
+                                   0o600 << 16, 0xFFFFFFFF if at > _ZIP64_LIMIT else at)
+        f.write(record + raw_name + extra)
+        offset += len(record) + len(raw_name) + len(extra)
+    count, cd_size = len(central), offset - start
+    if count > _ZIP_COUNT_LIMIT or start > _ZIP64_LIMIT or cd_size > _ZIP64_LIMIT:
+        f.write(_ZIP64_END.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, cd_size, start))
+        f.write(_ZIP64_LOCATOR.pack(b"PK\x06\x07", 0, offset, 1))
+        count, cd_size, start = min(count, 0xFFFF), min(cd_size, 0xFFFFFFFF), min(start, 0xFFFFFFFF)
+    f.write(_ZIP_END.pack(b"PK\x05\x06", 0, 0, count, count, cd_size, start, 0))
