@@ -79,3 +79,33 @@ def test_cli_verify_exit_codes(capsys):
     assert main(["verify", "--rule", "fuse_swiglu"]) == ExitCode.OK
     assert "fuse_swiglu" in capsys.readouterr().out
     assert main(["verify", str(WRONG / "swapped_halves.rlxr")]) == ExitCode.VERIFY_FAILED
+
+
+HALVES_RULE = """
+rule halves_neg phase p {
+  match { y = Neg(Neg(x)) }
+  where rank(x) == 2 and dim(x, 1) == 4 and has_fact(x, "%s")
+  rewrite {
+    one = Constant() { value: 1.0 } shape [] dtype dtype(y)
+    y => %s
+  }
+}
+phase p
+"""
+
+
+def test_a_fact_guard_is_synthesized_and_covered_by_dropping_the_fact(tmp_path):
+    path = tmp_path / "r.rlxr"
+    path.write_text(HALVES_RULE % ("halves_equal", "Mul(x, one)"))
+    report = verify([path])
+    [verdict] = report.rules
+    assert report.ok and verdict.synthesized, str(report)
+    assert 'has_fact(x, "halves_equal")' in verdict.guards_covered, verdict.uncovered
+
+
+def test_a_rewrite_that_needs_more_than_its_fact_is_caught(tmp_path):
+    # Neg(Neg(x)) is x, not -x: the fact-respecting random values still show it
+    path = tmp_path / "r.rlxr"
+    path.write_text(HALVES_RULE % ("halves_equal", "Neg(x)"))
+    report = verify([path])
+    assert not report.ok and "differs by up to" in str(report), str(report)

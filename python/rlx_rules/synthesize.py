@@ -9,6 +9,7 @@ wildcard. Attributes start at defaults taken from the registry, and leaves start
    the op's own shape rule.
 2. `explain` names the first failed guard. A guard of a known form is satisfied directly:
    - `attr == expr`, `attr in {..}` or an ordering: the attribute takes the value;
+   - `has_fact(x, "f")` on a leaf: the leaf claims the fact (its random values will have it);
    - `rank(x) <= n`, `dim(x, i) == e`, `shape(a) == shape(b)`: a leaf's shape changes;
    - `a or b`: the first branch is tried.
 
@@ -137,6 +138,8 @@ class Skeleton:
                 node["inputs"] = list(n["inputs"])
             if n["attrs"]:
                 node["attrs"] = dict(n["attrs"])
+            if n.get("facts"):
+                node["facts"] = list(n["facts"])
             nodes.append(node)
         return {"format": "rlx-graph", "version": 1, "name": f"synthesized_{self.rule['name']}",
                 "nodes": nodes, "outputs": list(self.outputs)}
@@ -325,6 +328,13 @@ class Skeleton:
                 return False
             value = attr.values[0] if attr.values else {"int": 1, "float": 0.5, "bool": True}.get(attr.type, "x")
             return self._set_attr(target, value)
+        if e.get("call") == "has_fact":  # a leaf claims the fact; random_values then gives it values that have it
+            node = self.evaluate(e["args"][0], params)[1]
+            fact = self.evaluate(e["args"][1], params)
+            if self.nodes[node]["op"] != "Input" or fact in self.nodes[node].get("facts", ()):
+                return False
+            self.nodes[node].setdefault("facts", []).append(fact)
+            return True
         if "in" in e and "attr" in e["in"] and not e.get("negated"):
             literals = [i["lit"] for i in e["set"] if "lit" in i]
             if literals:

@@ -132,3 +132,32 @@ fn deeply_nested_program_expressions_are_refused() {
     doc["rules"][1]["code"][0] = json!({"i": "guard", "expr": e});
     assert!(Program::from_json_str(&doc.to_string()).is_err());
 }
+
+#[test]
+fn has_fact_reads_the_node_facts_and_malformed_facts_do_not_load() {
+    // rule halves_neg: Neg(Neg(x)) -> Mul(x, 1.0) where x is [_, 4] and has the fact "halves_equal"
+    let program = Program::from_json_str(include_str!("fixtures/has_fact_program.json")).expect("program loads");
+    let graph = |facts: &str| {
+        format!(
+            r#"{{"format": "rlx-graph", "version": 1, "nodes": [
+                {{"id": 0, "op": "Input", "name": "x", "shape": [2, 4], "dtype": "f32"{facts}}},
+                {{"id": 1, "op": "Neg", "inputs": [0], "shape": [2, 4], "dtype": "f32"}},
+                {{"id": 2, "op": "Neg", "inputs": [1], "shape": [2, 4], "dtype": "f32"}}],
+               "outputs": [2]}}"#
+        )
+    };
+    let fired = |facts: &str| {
+        let (out, _) = apply(load(&graph(facts)), &program, &Map::new(), Registry::builtin(), &ApplyOptions::default())
+            .expect("applies");
+        counts(&out).get("Mul").copied().unwrap_or(0)
+    };
+    assert_eq!(fired(r#", "facts": ["halves_equal"]"#), 1);
+    assert_eq!(fired(r#", "facts": ["causal_keep", "halves_equal"]"#), 1);
+    assert_eq!(fired(""), 0);
+    assert_eq!(fired(r#", "facts": []"#), 0);
+    assert_eq!(fired(r#", "facts": ["causal_keep"]"#), 0);
+    for bad in [r#", "facts": "halves_equal""#, r#", "facts": [1]"#] {
+        let err = Graph::from_json_str(&graph(bad), Registry::builtin()).unwrap_err();
+        assert!(err.to_string().contains("facts"), "{err}");
+    }
+}
