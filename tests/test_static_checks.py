@@ -95,3 +95,23 @@ def test_rules_that_shrink_the_graph_do_not_count_as_non_terminating():
     assert any("may not terminate" in w for w in warnings(text))
     shrinking = "rule drop_cast { match { n = Relu(Relu(x)) } rewrite n => Relu(x) }\n"
     assert warnings(shrinking) == []
+
+
+def test_a_rewrite_whose_result_the_pattern_cannot_match_again_terminates():
+    # the new Attention reads Narrows, the pattern needs Adds: it cannot fire on its own result
+    merge = ("rule merge { match { n = Attention(Add(q, _), Add(k, _), v) }\n"
+             "  rewrite { c = Concat(q, k) { axis: 0 } shape shape(q)  s = Narrow(c) { axis: 0, start: 0, len: 1 } shape shape(q)\n"
+             "            n => Attention(s, s, v) { num_heads: 1, head_dim: 1, mask_kind: None,\n"
+             "              score_scale: null, attn_logit_softcap: null } } }\n")
+    assert not any("may not terminate" in w for w in warnings(merge))
+    # ... while one that reads its own kind of input again is reported
+    again = merge.replace("n => Attention(s, s, v)", "t = Add(s, s) shape shape(q)  n => Attention(t, t, v)")
+    assert any("may not terminate: merge -> merge" in w for w in warnings(again))
+
+
+def test_literal_permutations_tell_rewrites_apart():
+    split = ("rule split { match { kt = Transpose(r) { perm: [0, 2, 3, 1] }  s = MatMul(q, kt) }\n"
+             "  rewrite { k4 = Transpose(r) { perm: [0, 2, 1, 3] } shape shape(r)\n"
+             "            k5 = Transpose(k4) { perm: [0, 1, 3, 2] } shape shape(kt)  s => MatMul(q, k5) } }\n")
+    assert warnings(split) == []
+    assert any("may not terminate" in w for w in warnings(split.replace("perm: [0, 1, 3, 2]", "perm: [0, 2, 3, 1]")))

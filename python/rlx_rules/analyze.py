@@ -74,6 +74,10 @@ def _literal(e: ast.Expr, scope: RuleScope) -> tuple[bool, object]:
         return True, e.id  # an enum value (the checker verified it)
     if isinstance(e, ast.Name) and e.id in scope.lets:
         return _literal(scope.lets[e.id].value, scope)
+    if isinstance(e, ast.ListExpr):  # a literal list, such as a permutation: compared as a tuple
+        items = [_literal(x, scope) for x in e.items]
+        if all(ok for ok, _ in items):
+            return True, tuple(v for _, v in items)
     return False, None
 
 
@@ -159,7 +163,8 @@ def _require_range(a: Allowed, op: str, v: float) -> None:
         a.low = max(a.low, v)
 
 
-def pattern_tree(scope: RuleScope, registry, side: str = "") -> Optional[PNode]:
+def pattern_tree(scope: RuleScope, registry, side: str = "", start: Optional[str] = None) -> Optional[PNode]:
+    """The pattern as a tree of positions, from its root (or from the binding `start`)."""
     if not scope.roots:
         return None
     children = pattern_children(scope)
@@ -178,7 +183,34 @@ def pattern_tree(scope: RuleScope, registry, side: str = "") -> Optional[PNode]:
         node.attrs = {attr: allowed for (n, attr), allowed in constraints.items() if n == name}
         return node
 
-    return build(scope.roots[0], 0)
+    return build(start or scope.roots[0], 0)
+
+
+def rewrite_tree(scope: RuleScope, item: "ast.RewriteItem", registry, side: str) -> PNode:
+    """The node a rewrite item creates, as a pattern position: its op, its literal attributes, and its inputs
+    (nodes the same rewrite creates, or the matched bindings, as the rule's pattern describes them)."""
+    created = {i.name: i for i in scope.rewrite.items}
+
+    def build(it: "ast.RewriteItem", depth: int) -> PNode:
+        spec = registry.get(it.node.op)
+        node = PNode(frozenset([it.node.op]), bool(spec is not None and spec.commutative and len(it.node.inputs) == 2),
+                     key=(side, it.name, depth))
+        for attr, value, _ in it.node.attrs:
+            ok, v = _literal(value, scope)
+            if ok:
+                node.attrs[attr] = _exactly(v)
+        for name, _, spread in it.node.inputs:
+            if spread or depth >= MAX_DEPTH:
+                node.children.append(PNode(None, key=object()))
+            elif name in created and not created[name].replaces:
+                node.children.append(build(created[name], depth + 1))
+            elif name in scope.slots:
+                node.children.append(pattern_tree(scope, registry, side, start=name))
+            else:
+                node.children.append(PNode(None, key=object()))
+        return node
+
+    return build(item, 0)
 
 
 class _Classes:
@@ -359,38 +391,27 @@ def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Di
                 f"the same root in phase {phase.name!r} at priority {first.rule.priority}; "
                 f"{first.rule.name!r} is tried first (give one a priority, or guards that tell them apart)"),
                 "warning", line(later.rule.loc)))
-        warnings.extend(_termination(phase, members, line))
+        warnings.extend(_termination(phase, members, line, registry))
     return warnings
 
 
-def _termination(phase, members: list[RuleScope], line) -> list[Diagnostic]:
+def _termination(phase, members: list[RuleScope], line, registry) -> list[Diagnostic]:
     """Cycles of rules where each replaces its root with a node the next rule's root could match.
 
     A cycle in which every rule removes more nodes than it creates cannot go on forever (the graph
     shrinks), so it is not reported.
     """
     roots = {s.rule.name: s for s in members if s.roots and s.rewrite is not None}
-    constraints = {name: _constraints(s) for name, s in roots.items()}
 
     def shrinks(s: RuleScope) -> bool:
         created = len(s.rewrite.items)
         return created < 1 + len(absorbed(s))
 
     def feeds(a: RuleScope, b: RuleScope) -> bool:
-        b_root = b.roots[0]
-        b_ops = set(b.slots[b_root].pattern.ops)
-        for item in a.rewrite.items:
-            if not item.replaces or item.node.op not in b_ops:
-                continue
-            compatible = True
-            for attr, value, _ in item.node.attrs:
-                ok, v = _literal(value, a)
-                allowed = constraints[b.rule.name].get((b_root, attr))
-                if ok and allowed is not None and allowed.disjoint(_exactly(v)):
-                    compatible = False
-            if compatible:
-                return True
-        return False
+        """Whether b's pattern could match a node that a's rewrite puts in place of a's root."""
+        b_tree = pattern_tree(b, registry, "b")
+        return any(item.replaces and can_overlap(rewrite_tree(a, item, registry, "a"), b_tree)
+                   for item in a.rewrite.items)
 
     edges = {a: sorted(b for b in roots if feeds(roots[a], roots[b])) for a in roots}
     found, seen_cycles = [], set()
