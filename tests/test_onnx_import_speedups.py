@@ -1,13 +1,18 @@
-"""The importer's faster paths give what the plain ones gave: the .npz writer (what np.savez/zipfile write)."""
+"""The importer's faster paths give what the plain ones gave: the .npz writer (what np.savez/zipfile write), the
+model reader that keeps large weights out of the parsed ModelProto, and the raw_data fast path of to_array."""
 
 import os
+import pathlib
 import zipfile
 
 import numpy as np
 import pytest
 
 from rlx_rules.errors import OnnxImportError
-from rlx_rules.onnx_import import save_weights
+from rlx_rules.onnx_import import convert, load_model, save_weights
+
+CORPUS = pathlib.Path(__file__).parents[1].parent / "shared" / "corpus"
+CORPUS_FILES = sorted(CORPUS.glob("*.onnx")) if CORPUS.is_dir() else []
 
 
 def _zipfile_npz(path, weights):
@@ -80,3 +85,143 @@ def test_npz_refuses_object_arrays_and_leaves_no_temporary_file(tmp_path):
     with pytest.raises(ValueError):
         save_weights(str(path), {"a": np.ones(3, dtype=np.float32), "s": np.array(["x", None], dtype=object)})
     assert not path.exists() and not os.path.exists(str(path) + ".tmp.npz")
+
+
+# ---- reading a model with its large weights kept out of the ModelProto --------------------------------------------
+
+_NUMERIC = ["f4", "f8", "f2", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "c8", "c16", "?"]
+
+
+def _weights_model(onnx, big=20000):
+    """A model whose outputs are its initializers: every plain dtype large (detached) and small (kept), a large
+    bfloat16 (not a plain type: read by numpy_helper), typed-field tensors and a string tensor."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    inits = []
+    for t in _NUMERIC:
+        for n in (big, 3):
+            v = rng.standard_normal(n) * 50
+            arr = (v > 0) if t == "?" else (v + 1j * v if t[0] == "c" else v).astype(t)
+            inits.append(numpy_helper.from_array(arr.reshape(-1, 1) if n == big else arr, f"{t}_{n}"))
+    bf = helper.make_tensor("bf16_big", TensorProto.BFLOAT16, [big], rng.integers(0, 1 << 16, big).astype(np.uint16)
+                            .tobytes(), raw=True)
+    typed = helper.make_tensor("typed_f32", TensorProto.FLOAT, [2, 3], [1.0, 2.0, 3.0, 4.0, 5.0, 6.5])
+    typed16 = helper.make_tensor("typed_f16", TensorProto.FLOAT16, [3], np.array([1, 2, 3], np.float16))
+    ints = helper.make_tensor("typed_i64", TensorProto.INT64, [4], [1, -2, 3, 1 << 40])
+    inits += [bf, typed, typed16, ints]
+    outs = [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
+    g = helper.make_graph([], "weights", [], outs, initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _same_import(a, b):
+    assert a.graph == b.graph
+    assert list(a.weights) == list(b.weights)
+    for name in a.weights:
+        x, y = a.weights[name], b.weights[name]
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
+
+
+def test_detached_weights_equal_what_to_array_reads(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import numpy_helper
+
+    from rlx_rules.onnx_import import _read_detached
+
+    model = _weights_model(onnx)
+    path = tmp_path / "w.onnx"
+    onnx.save(model, str(path))
+    stripped, detached = _read_detached(str(path))
+    plain = {f"{t}_20000" for t in _NUMERIC}
+    assert set(detached) == plain  # every large plain raw tensor; bfloat16 and the small ones stay in the proto
+    for t in onnx.load(str(path)).graph.initializer:
+        ref = numpy_helper.to_array(t)
+        got = detached.get(t.name)
+        if got is None:
+            kept = next(s for s in stripped.graph.initializer if s.name == t.name)
+            assert kept == t
+            continue
+        assert got.dtype == ref.dtype and got.shape == ref.shape and got.tobytes() == ref.tobytes(), t.name
+        assert not got.flags.writeable
+    for s in stripped.graph.initializer:  # the detached ones keep their name, type and dims
+        if s.name in detached:
+            assert not s.HasField("raw_data") and list(s.dims) == list(detached[s.name].shape)
+
+
+def test_convert_from_a_file_equals_convert_of_the_loaded_model(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    model = _weights_model(onnx)
+    path = tmp_path / "w.onnx"
+    onnx.save(model, str(path))
+    from_file = convert(str(path))
+    assert {"f4_20000", "bf16_big", "u1_20000"} <= set(from_file.weights)
+    _same_import(from_file, convert(onnx.load(str(path))))
+    full = load_model(str(path))  # the public loader still gives every initializer its data
+    assert all(t.HasField("raw_data") or len(t.float_data) or len(t.int32_data) or len(t.int64_data)
+               for t in full.graph.initializer)
+
+
+def test_duplicate_initializer_names_read_as_onnx_reads_them(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+
+    a = numpy_helper.from_array(np.arange(6000, dtype=np.float32), "w")
+    b = numpy_helper.from_array(-np.arange(6000, dtype=np.float32), "w")  # the last one wins
+    out = helper.make_tensor_value_info("w", 1, [6000])
+    model = helper.make_model(helper.make_graph([], "dup", [], [out], initializer=[a, b]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "dup.onnx"
+    onnx.save(model, str(path))
+    got = convert(str(path))
+    _same_import(got, convert(onnx.load(str(path))))
+    assert got.weights["w"][1] == -1.0
+
+
+def test_external_data_and_malformed_files(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    model = _weights_model(onnx)
+    ext = tmp_path / "ext.onnx"
+    onnx.save(model, str(ext), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data",
+              size_threshold=1024)
+    _same_import(convert(str(ext)), convert(onnx.load(str(ext))))
+    path = tmp_path / "w.onnx"
+    onnx.save(model, str(path))
+    data = path.read_bytes()
+    for k, bad in enumerate([data[: len(data) // 2], data[:-3], b"\x3a\xff\xff\xff\xff\x0f" + data]):
+        p = tmp_path / f"bad{k}.onnx"
+        p.write_bytes(bad)
+        with pytest.raises(OnnxImportError, match="as an ONNX model"):
+            convert(str(p))
+
+
+@pytest.mark.skipif(not CORPUS_FILES, reason="../shared/corpus is not available")
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
+def test_corpus_reads_the_same_through_the_detached_path(path):
+    onnx = pytest.importorskip("onnx")
+    _same_import(convert(str(path)), convert(onnx.load(str(path))))
+
+
+def test_tensor_array_equals_to_array():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rlx_rules.onnx_import import _tensor_array
+
+    rng = np.random.default_rng(2)
+    tensors = []
+    for t in _NUMERIC:
+        v = rng.standard_normal((2, 3)) * 50
+        arr = (v > 0) if t == "?" else (v + 1j * v if t[0] == "c" else v).astype(t)
+        tensors.append(numpy_helper.from_array(arr, f"raw_{t}"))
+        tensors.append(numpy_helper.from_array(arr.reshape(()) if arr.size == 1 else arr[0, 0], f"scalar_{t}"))
+    tensors += [helper.make_tensor("typed_f32", TensorProto.FLOAT, [2], [1.5, -2.0]),
+                helper.make_tensor("typed_f16", TensorProto.FLOAT16, [2], np.array([1, 2], np.float16)),
+                helper.make_tensor("typed_bool", TensorProto.BOOL, [3], [True, False, True]),
+                helper.make_tensor("bf16", TensorProto.BFLOAT16, [2], np.array([1, 2], np.uint16).tobytes(), raw=True),
+                helper.make_tensor("strings", TensorProto.STRING, [2], [b"a", b"bc"]),
+                helper.make_tensor("empty", TensorProto.FLOAT, [0, 3], b"", raw=True)]
+    for t in tensors:
+        ref, got = numpy_helper.to_array(t), _tensor_array(t)
+        assert got.dtype == ref.dtype and got.shape == ref.shape, t.name
+        assert got.tobytes() == ref.tobytes() if ref.dtype != object else got.tolist() == ref.tolist()

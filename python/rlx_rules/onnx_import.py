@@ -112,6 +112,15 @@ def value_to_json(arr: np.ndarray) -> Any:
     return rec(arr)
 
 
+def _tensor_array(t: "onnx.TensorProto") -> np.ndarray:
+    """numpy_helper.to_array(t), without its general dispatch for the common case (raw little-endian data of a
+    plain numeric type, which it reads with np.frombuffer as well)."""
+    if (t.data_type in _PLAIN_TYPES and sys.byteorder == "little" and t.HasField("raw_data")
+            and not t.HasField("segment") and t.data_location != onnx.TensorProto.EXTERNAL):
+        return np.frombuffer(t.raw_data, dtype=onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).reshape(t.dims)
+    return numpy_helper.to_array(t)
+
+
 def _norm_axis(axis: int, rank: Optional[int]) -> int:
     if axis < 0 and rank is not None:
         return axis + rank
@@ -119,8 +128,9 @@ def _norm_axis(axis: int, rank: Optional[int]) -> int:
 
 
 class _Converter:
-    def __init__(self, model: "onnx.ModelProto", inline_max: int):
+    def __init__(self, model: "onnx.ModelProto", inline_max: int, detached: Optional[dict] = None):
         self.model = model
+        self.detached = detached or {}  # initializer values kept out of the ModelProto (_load_model's detach)
         self.graph = model.graph
         self.inline_max = inline_max
         self.nodes: list[dict] = []
@@ -246,7 +256,8 @@ class _Converter:
         self.check_opsets()
         self.collect_value_info()
         for init in self.graph.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+            arr = self.detached.get(init.name)
+            self.consts[init.name] = _tensor_array(init) if arr is None else arr
         for node in self.graph.node:
             self.used.update(i for i in node.input if i)
         self.used.update(o.name for o in self.graph.output)
@@ -1010,13 +1021,25 @@ def _needs_shape_inference(model) -> bool:
 def load_model(model_or_path, *, infer_shapes: bool = True) -> "onnx.ModelProto":
     """Load an ONNX model (path or ModelProto) with its external data, inline its local functions and run ONNX
     shape inference where value info is missing. Raises OnnxImportError for what cannot be read."""
+    return _load_model(model_or_path, infer_shapes=infer_shapes)[0]
+
+
+def _load_model(model_or_path, *, infer_shapes: bool = True,
+                detach: bool = False) -> tuple["onnx.ModelProto", dict[str, np.ndarray]]:
+    """load_model, and with `detach` (a model read from a file) the values of its large raw initializers, by
+    name, as read-only arrays over the bytes read from the file: their TensorProtos keep name, type and dims but
+    not the data, which is then neither copied by the protobuf parser nor again by reading raw_data."""
     _require_onnx()
     base_dir = None
+    detached: dict[str, np.ndarray] = {}
     if isinstance(model_or_path, (str, os.PathLike)):
         path = os.fspath(model_or_path)
         base_dir = os.path.dirname(os.path.abspath(path))
         try:
-            model = onnx.load(path, load_external_data=False)
+            if detach and _reads_as_protobuf(path):
+                model, detached = _read_detached(path)
+            else:
+                model = onnx.load(path, load_external_data=False)
         except FileNotFoundError as e:
             raise OnnxImportError(f"cannot read {path}: no such file") from e
         except Exception as e:  # noqa: BLE001 - protobuf decode errors and the like
@@ -1052,7 +1075,156 @@ def load_model(model_or_path, *, infer_shapes: bool = True) -> "onnx.ModelProto"
             model = _infer_shapes_light(model, in_place=isinstance(model_or_path, (str, os.PathLike)) or model is not model_or_path)
         except Exception as e:  # noqa: BLE001 - a model ONNX cannot infer still imports, with fewer shapes
             warnings.warn(f"ONNX shape inference failed ({e}); importing with the shapes the model declares")
-    return model
+    return model, detached
+
+
+# ---- reading a model without copying its weights twice ----------------------------------------------------------
+# onnx.load reads the file (one copy of the weights), the protobuf parser copies every raw_data into its own
+# memory (a second) and each TensorProto.raw_data read makes a bytes object (a third). For a model file in the
+# protobuf binary format, _read_detached reads the file once, finds the large initializers' raw_data fields with a
+# small scanner of the protobuf wire format, parses the model without them, and makes each such weight a numpy
+# view of the bytes read. Anything it does not expect (a graph field given twice, groups, a malformed field) makes
+# it parse the whole file as onnx.load does, so errors and results are the same.
+
+_DETACH_MIN_BYTES = 16 * 1024 + 1  # > 1024 elements of any type: shape inference never needs these values
+# TensorProto types whose raw_data numpy_helper.to_array reads with np.frombuffer as it is (little-endian hosts)
+_PLAIN_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15})
+
+
+class _WireError(Exception):
+    pass
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    value, shift = b & 0x7F, 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise _WireError("varint too long")
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _wire_fields(buf: bytes, pos: int, end: int):
+    """The fields of the message in buf[pos:end]: (field number, start, payload start or None, end) each; the
+    payload start is given for length-delimited fields only."""
+    while pos < end:
+        start = pos
+        key, pos = _varint(buf, pos)
+        kind = key & 7
+        if kind == 2:
+            n, pos = _varint(buf, pos)
+            if pos + n > end:
+                raise _WireError("field past the end of its message")
+            yield key >> 3, start, pos, pos + n
+            pos += n
+            continue
+        if kind == 0:
+            _, pos = _varint(buf, pos)
+        elif kind == 1:
+            pos += 8
+        elif kind == 5:
+            pos += 4
+        else:  # groups (3, 4) and invalid kinds
+            raise _WireError(f"wire type {kind}")
+        yield key >> 3, start, None, pos
+    if pos != end:
+        raise _WireError("truncated message")
+
+
+def _split_raw_data(buf: bytes) -> Optional[tuple[bytes, dict[int, tuple[int, int]]]]:
+    """The serialized ModelProto `buf` without the raw_data of its large initializers, and where each of those
+    lies in `buf` ({initializer index: (offset, length)}); None when there are none or `buf` is not laid out as
+    expected (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.raw_data = 9)."""
+    graphs = [f for f in _wire_fields(buf, 0, len(buf)) if f[0] == 7]
+    if len(graphs) != 1 or graphs[0][2] is None:
+        return None
+    _, g_start, g_body, g_end = graphs[0]
+    view = memoryview(buf)
+    pieces: list = []
+    spans: dict[int, tuple[int, int]] = {}
+    last, index = g_body, -1
+    for number, start, body, end in _wire_fields(buf, g_body, g_end):
+        if number != 5 or body is None:
+            continue
+        index += 1
+        if end - body < _DETACH_MIN_BYTES:
+            continue
+        raw = [f for f in _wire_fields(buf, body, end) if f[0] == 9]
+        if len(raw) != 1 or raw[0][2] is None or raw[0][3] - raw[0][2] < _DETACH_MIN_BYTES:
+            continue
+        _, r_start, r_body, r_end = raw[0]
+        pieces += [view[last:start], b"\x2a", _varint_bytes((r_start - body) + (end - r_end)), view[body:r_start],
+                   view[r_end:end]]
+        spans[index] = (r_body, r_end - r_body)
+        last = end
+    if not spans:
+        return None
+    pieces.append(view[last:g_end])
+    graph = b"".join(pieces)
+    return b"".join([view[:g_start], b"\x3a", _varint_bytes(len(graph)), graph, view[g_end:]]), spans
+
+
+def _reads_as_protobuf(path: str) -> bool:
+    """Whether onnx.load reads `path` as the protobuf binary format (it picks text formats by extension)."""
+    try:
+        fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
+    except Exception:  # noqa: BLE001
+        return False
+    return fmt in (None, "protobuf")
+
+
+def _read_detached(path: str) -> tuple["onnx.ModelProto", dict[str, np.ndarray]]:
+    with open(path, "rb") as f:
+        buf = f.read()
+    split = None
+    if sys.byteorder == "little":
+        try:
+            split = _split_raw_data(buf)
+        except (_WireError, IndexError):
+            split = None
+    if split is not None:
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(split[0])
+        except Exception:  # noqa: BLE001 - parsed again below, whole, for onnx's own error
+            split = None
+    if split is None:
+        return onnx.serialization.registry.get("protobuf").deserialize_proto(buf, onnx.ModelProto()), {}
+    inits = model.graph.initializer
+    names: dict[str, int] = {}
+    for t in inits:
+        names[t.name] = names.get(t.name, 0) + 1
+    detached: dict[str, np.ndarray] = {}
+    for k, (offset, length) in split[1].items():
+        t = inits[k]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type) if t.data_type in _PLAIN_TYPES else None
+        count = 1
+        for d in t.dims:
+            count *= d
+        if (dtype is None or names[t.name] != 1 or t.HasField("segment") or count * dtype.itemsize != length
+                or count <= _INFER_KEEP_ELEMENTS or any(d < 0 for d in t.dims)
+                or (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL)):
+            t.raw_data = buf[offset:offset + length]  # not for the fast path: the tensor as it was
+            continue
+        detached[t.name] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(tuple(t.dims))
+    return model, detached
 
 
 _INFER_KEEP_ELEMENTS = 1024  # initializers up to this size keep their values for data propagation
@@ -1095,8 +1267,8 @@ def _infer_shapes_light(model: "onnx.ModelProto", in_place: bool = False) -> "on
 
 def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
     """Convert in memory: graph.json as a dict (without the "weights" field) and the weights by Param name."""
-    model = load_model(model_or_path)
-    c = _Converter(model, inline_max_elements)
+    model, detached = _load_model(model_or_path, detach=True)
+    c = _Converter(model, inline_max_elements, detached)
     graph = c.run()
     facts.annotate(graph, c.weights)  # what the weights guarantee (duplicated rotary halves, causal masks)
     return OnnxImport(graph, c.weights, c.warnings)
