@@ -36,7 +36,10 @@ def _weights():
     w["read_only_view"] = np.frombuffer(np.arange(20, dtype="<f4").tobytes(), dtype="<f4").reshape(4, 5)
     w["layer.0/attention/q weight"] = rng.standard_normal((2, 3, 4)).astype(np.float32)
     w["ünïcödé/名前"] = np.arange(6, dtype=np.int64)
-    w["large"] = rng.standard_normal((300, 257)).astype(np.float32)
+    for k in range(3):  # members of 64 KiB and more get their CRC-32 from a helper thread
+        w[f"large{k}"] = rng.standard_normal((300, 257 + k)).astype(np.float32)
+    w["large_strided"] = rng.standard_normal((300, 600)).astype(np.float32)[:, ::2]
+    w["after_large"] = np.arange(7, dtype=np.int16)
     return w
 
 
@@ -78,6 +81,19 @@ def test_npz_replaces_the_old_file_and_reports_os_errors(tmp_path):
     missing = tmp_path / "no such folder" / "w.npz"
     with pytest.raises(OnnxImportError, match="cannot write weights"):
         save_weights(str(missing), {"a": np.ones(3, dtype=np.float32)})
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
+def test_npz_replaces_what_is_not_a_regular_file_without_opening_it_for_long(tmp_path):
+    fifo = tmp_path / "fifo.npz"
+    os.mkfifo(fifo)  # opened without blocking, and not held
+    save_weights(str(fifo), {"a": np.ones(3, dtype=np.float32)})
+    link = tmp_path / "link.npz"
+    link.symlink_to(tmp_path / "target.npz")
+    save_weights(str(link), {"a": np.zeros(2, dtype=np.float32)})  # the link itself is replaced
+    for p in (fifo, link):
+        assert p.is_file() and not p.is_symlink()
+    assert not (tmp_path / "target.npz").exists()
 
 
 def test_npz_refuses_object_arrays_and_leaves_no_temporary_file(tmp_path):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import io
 import math
 import os
+import queue
+import stat
 import struct
 import sys
+import threading
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -1317,7 +1320,12 @@ def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
     try:
         with open(tmp, "wb", buffering=1 << 20) as f:
             _write_npz(f, weights)
-        os.replace(tmp, path)
+        old = _hold_old_file(path)
+        try:
+            os.replace(tmp, path)
+        finally:
+            if old is not None:  # the replaced file's pages are freed when its last descriptor closes
+                threading.Thread(target=os.close, args=(old,), name="rlx-close-replaced").start()
     except OSError as e:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -1326,6 +1334,24 @@ def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _hold_old_file(path: str) -> Optional[int]:
+    """A read-only descriptor of the regular file at `path` (POSIX), so that freeing its pages when it is
+    replaced happens when the descriptor closes (in a helper thread) rather than inside the rename; else None."""
+    if os.name != "posix":  # an open file cannot be replaced on Windows
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 # ZIP records (APPNOTE 6.3), as Python's zipfile writes them.
@@ -1356,12 +1382,14 @@ def _npy_member(arr) -> tuple[bytes, Any]:
     return buf.getvalue(), b""
 
 
+_CRC_AHEAD_MIN = 1 << 16  # members this large get their CRC-32 from a helper thread while others are written
+
+
 def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
     """Write `weights` to the binary file `f` as an uncompressed .npz archive."""
     dostime, dosdate = 0, 1 << 5 | 1  # 1980-01-01 00:00, zipfile's default for members opened by name
     system = 0 if sys.platform == "win32" else 3
-    central = []
-    offset = 0
+    members = []
     for name, arr in weights.items():
         fname = name + ".npy"
         if "\0" in fname:  # what zipfile.ZipInfo does to a name
@@ -1373,14 +1401,46 @@ def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
         except UnicodeEncodeError:
             raw_name, flags = fname.encode("utf-8"), 0x800
         head, data = _npy_member(arr)
-        size = len(head) + memoryview(data).nbytes
-        crc = zlib.crc32(data, zlib.crc32(head))
-        extra = struct.pack("<HHQQ", 1, 16, size, size)  # force_zip64: sizes in the ZIP64 extra
-        f.write(_ZIP_LOCAL.pack(b"PK\x03\x04", 45, 0, flags, 0, dostime, dosdate, crc, 0xFFFFFFFF, 0xFFFFFFFF,
-                                len(raw_name), len(extra)) + raw_name + extra + head)
-        f.write(data)
-        central.append((raw_name, flags, crc, size, offset))
-        offset += _ZIP_LOCAL.size + len(raw_name) + len(extra) + size
+        members.append((raw_name, flags, head, data, memoryview(data).nbytes))
+    # zlib.crc32 and file writes release the GIL: the CRC-32s of large members are computed by a helper thread,
+    # in member order, while the main thread writes the members before them
+    ahead = [(head, data) for _, _, head, data, n in members if n >= _CRC_AHEAD_MIN]
+    crcs: queue.SimpleQueue = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def crc_ahead() -> None:
+        try:
+            for head, data in ahead:
+                if stop.is_set():
+                    return
+                crcs.put(zlib.crc32(data, zlib.crc32(head)))
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            crcs.put(e)
+
+    helper = threading.Thread(target=crc_ahead, name="rlx-npz-crc") if len(ahead) > 1 else None
+    if helper is not None:
+        helper.start()
+    central = []
+    offset = 0
+    try:
+        for raw_name, flags, head, data, nbytes in members:
+            if helper is not None and nbytes >= _CRC_AHEAD_MIN:
+                crc = crcs.get()
+                if isinstance(crc, BaseException):
+                    raise crc
+            else:
+                crc = zlib.crc32(data, zlib.crc32(head))
+            size = len(head) + nbytes
+            extra = struct.pack("<HHQQ", 1, 16, size, size)  # force_zip64: sizes in the ZIP64 extra
+            f.write(_ZIP_LOCAL.pack(b"PK\x03\x04", 45, 0, flags, 0, dostime, dosdate, crc, 0xFFFFFFFF, 0xFFFFFFFF,
+                                    len(raw_name), len(extra)) + raw_name + extra + head)
+            f.write(data)
+            central.append((raw_name, flags, crc, size, offset))
+            offset += _ZIP_LOCAL.size + len(raw_name) + len(extra) + size
+    finally:
+        if helper is not None:
+            stop.set()
+            helper.join()
     start = offset
     for raw_name, flags, crc, size, at in central:
         extra64 = ([size, size] if size > _ZIP64_LIMIT else []) + ([at] if at > _ZIP64_LIMIT else [])
