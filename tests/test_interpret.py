@@ -677,3 +677,18 @@ def test_every_rlx_op_of_the_registry_has_semantics():
     rlx_ops = {name for name, spec in ops.items() if not str(spec.get("rlx", "")).startswith("ONNX-only")}
     assert len(rlx_ops) >= 72
     assert sorted(rlx_ops - set(interpret.supported_ops())) == []
+
+
+def test_onnx_only_ops_load_their_semantics_on_first_use():
+    """A fresh process runs an imported graph's ONNX-only ops (here Erf) without importing rlx_rules.onnx_ops."""
+    import subprocess
+    import sys
+
+    code = ("import json, rlx_rules\n"
+            "g = {'format': 'rlx-graph', 'version': 1, 'nodes': [\n"
+            "  {'id': 0, 'op': 'Input', 'name': 'x', 'shape': [3], 'dtype': 'f32'},\n"
+            "  {'id': 1, 'op': 'Erf', 'inputs': [0], 'shape': [3], 'dtype': 'f32'}], 'outputs': [1]}\n"
+            "(y,) = rlx_rules.run(g, {'x': [0.0, 1.0, -1.0]})\n"
+            "print(json.dumps([round(float(v), 6) for v in y]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[0.0, 0.842701, -0.842701]"

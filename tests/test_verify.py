@@ -109,3 +109,10 @@ def test_a_rewrite_that_needs_more_than_its_fact_is_caught(tmp_path):
     path.write_text(HALVES_RULE % ("halves_equal", "Neg(x)"))
     report = verify([path])
     assert not report.ok and "differs by up to" in str(report), str(report)
+
+
+def test_mutants_of_an_inline_tensor_attribute():
+    from rlx_rules.verify import _attr_alternatives
+
+    assert _attr_alternatives([[1.0, 2.0], [3.0, 4.0]]) == [[[1.0, 2.0]]]
+    assert _attr_alternatives([0, 2, 1, 3]) == [[0, 2, 1], [0, 2, 1, 4]]

@@ -361,6 +361,14 @@ def _check_dtype(value: np.ndarray, dtype: Optional[str]) -> Optional[str]:
 
 OpFn = Callable[["Interpreter", Node, list], np.ndarray]
 _OPS: dict[str, OpFn] = {}
+_onnx_ops_loaded = False
+
+
+def _load_onnx_ops() -> None:
+    """The semantics of the ONNX-only ops (rlx_rules.onnx_ops), loaded when a graph first needs one."""
+    global _onnx_ops_loaded
+    _onnx_ops_loaded = True
+    from . import onnx_ops  # noqa: F401 - registers its ops
 
 
 def register_op(*names: str):
@@ -378,6 +386,8 @@ _op = register_op
 
 def supported_ops() -> list[str]:
     """Every op the interpreter can run (Input, Param and Constant included)."""
+    if not _onnx_ops_loaded:
+        _load_onnx_ops()
     return sorted([*_OPS, "Input", "Param", "Constant"])
 
 
@@ -1015,6 +1025,9 @@ class Interpreter:
         if node.op == "Constant":
             return self._constant(node, params)
         fn = _OPS.get(node.op)
+        if fn is None and not _onnx_ops_loaded:
+            _load_onnx_ops()
+            fn = _OPS.get(node.op)
         if fn is None:
             raise UnsupportedOpError(f"{_label(node)}: the reference interpreter has no semantics for op "
                                      f"{node.op!r}")

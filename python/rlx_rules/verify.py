@@ -152,7 +152,10 @@ def _attr_alternatives(value: object) -> list[object]:
     if isinstance(value, str):
         return [None, value + "_other"]
     if isinstance(value, list) and value:
-        return [value[:-1], value[:-1] + [value[-1] + 1]]
+        last = value[-1]
+        if isinstance(last, (int, float)) and not isinstance(last, bool):
+            return [value[:-1], value[:-1] + [last + 1]]
+        return [value[:-1]]  # a nested list (an inline tensor value): one element fewer
     return []
 
 
