@@ -160,39 +160,51 @@ class _Converter:
         if self.opset > latest or self.opset < MIN_OPSET:
             raise OnnxImportError(f"unsupported ai.onnx opset {self.opset} (this importer, with onnx "
                                   f"{onnx.__version__}, reads opsets {MIN_OPSET} to {latest})")
+        subgraph = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
         for node in self.graph.node:
             if node.domain not in SUPPORTED_DOMAINS:
                 raise OnnxImportError(f"node {node.name or node.op_type!r} ({node.op_type}) is in domain "
                                       f"{node.domain!r}; only ai.onnx and com.microsoft are supported")
             for a in node.attribute:
-                if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                if a.type in subgraph:
                     raise OnnxImportError(
                         f"node {node.name or node.op_type!r} ({node.op_type}) has a subgraph (attribute "
                         f"{a.name!r}); control flow (If, Loop, Scan) is not supported")
 
     def collect_value_info(self) -> None:
-        def shape_of(t) -> tuple:
-            if not t.type.HasField("tensor_type"):
-                return None, None
-            tt = t.type.tensor_type
+        vi = self.vi
+        seen: dict[bytes, tuple] = {}  # a serialized TypeProto -> (dims, dtype), for types without unknown dims
+        for t in (*self.graph.input, *self.graph.output, *self.graph.value_info):
+            tp = t.type
+            key = tp.SerializeToString()
+            known = seen.get(key)
+            if known is not None:
+                vi[t.name] = (None if known[0] is None else list(known[0]), known[1])
+                continue
+            if not tp.HasField("tensor_type"):
+                vi[t.name] = seen[key] = (None, None)
+                continue
+            tt = tp.tensor_type
             dtype = DTYPES.get(tt.elem_type)
             if not tt.HasField("shape"):
-                return None, dtype
-            dims = []
+                vi[t.name] = seen[key] = (None, dtype)
+                continue
+            dims, invented = [], False
             for d in tt.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(int(d.dim_value))
-                elif d.HasField("dim_param") and d.dim_param:
+                which = d.WhichOneof("value")
+                if which == "dim_value":
+                    dims.append(d.dim_value)
+                elif which == "dim_param" and d.dim_param:
                     dims.append(d.dim_param)
-                else:
+                else:  # a fresh name for each unknown dim
                     self.unknown_dims += 1
                     dims.append(f"unk_{self.unknown_dims}")
-            return dims, dtype
-
-        for t in list(self.graph.input) + list(self.graph.output) + list(self.graph.value_info):
-            self.vi[t.name] = shape_of(t)
+                    invented = True
+            vi[t.name] = (dims, dtype)
+            if not invented:
+                seen[key] = (list(dims), dtype)
         for init in self.graph.initializer:
-            self.vi[init.name] = ([int(d) for d in init.dims], DTYPES.get(init.data_type))
+            vi[init.name] = (list(init.dims), DTYPES.get(init.data_type))
 
     def rank(self, name: str) -> Optional[int]:
         shape = self.vi.get(name, (None, None))[0]
@@ -261,9 +273,11 @@ class _Converter:
         for init in self.graph.initializer:
             arr = self.detached.get(init.name)
             self.consts[init.name] = _tensor_array(init) if arr is None else arr
+        used = self.used
         for node in self.graph.node:
-            self.used.update(i for i in node.input if i)
-        self.used.update(o.name for o in self.graph.output)
+            used.update(node.input)
+        used.discard("")
+        used.update(o.name for o in self.graph.output)
         for inp in self.graph.input:
             if inp.name in self.consts:  # an input with a default value (IR < 4): treated as a weight
                 continue
@@ -282,26 +296,35 @@ class _Converter:
                          "producer": f"{self.model.producer_name} {self.model.producer_version}".strip()}}
 
     def convert(self, node) -> None:
-        if node.domain in ("", "ai.onnx") and self.fold(node):
+        op, domain = node.op_type, node.domain
+        standard = domain in ("", "ai.onnx")
+        if standard and op in _FOLDERS and self.fold(node):
             return
-        outs = [o for o in node.output]
-        for k, o in enumerate(outs[1:], 1):
-            if o and o in self.used and node.op_type not in ("Split",):
-                raise OnnxImportError(
-                    f"node {node.name or node.op_type!r} ({node.op_type}): output {k} ({o!r}) is used, but "
-                    f"graph.json nodes have one output; only Split is converted with several outputs")
-        handler = getattr(self, f"op_{node.op_type}", None) if node.domain in ("", "ai.onnx") else None
-        if node.domain == "com.microsoft":
-            handler = getattr(self, f"ms_{node.op_type}", None)
-        if node.op_type in BINARY and node.domain in ("", "ai.onnx"):
-            self.simple(node, BINARY[node.op_type])
-        elif node.op_type in COMPARE and node.domain in ("", "ai.onnx"):
-            self.simple(node, COMPARE[node.op_type])
-        elif node.op_type in UNARY and node.domain in ("", "ai.onnx"):
-            self.simple(node, UNARY[node.op_type])
-        elif node.op_type in REDUCE and node.domain in ("", "ai.onnx"):
-            self.reduce(node)
-        elif handler is not None:
+        if len(node.output) > 1 and op != "Split":
+            for k, o in enumerate(node.output[1:], 1):
+                if o and o in self.used:
+                    raise OnnxImportError(
+                        f"node {node.name or op!r} ({op}): output {k} ({o!r}) is used, but graph.json nodes have "
+                        f"one output; only Split is converted with several outputs")
+        if standard:
+            if op in BINARY:
+                self.simple(node, BINARY[op])
+                return
+            if op in COMPARE:
+                self.simple(node, COMPARE[op])
+                return
+            if op in UNARY:
+                self.simple(node, UNARY[op])
+                return
+            if op in REDUCE:
+                self.reduce(node)
+                return
+            handler = getattr(self, f"op_{op}", None)
+        elif domain == "com.microsoft":
+            handler = getattr(self, f"ms_{op}", None)
+        else:
+            handler = None
+        if handler is not None:
             handler(node)
         else:
             self.generic(node)
@@ -980,14 +1003,13 @@ def _toposorted(graph) -> list:
     """The graph's nodes in an order where every tensor is produced before it is used (ONNX's own order when
     it already is one)."""
     known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    ok = True
-    for n in graph.node:
-        if any(i not in known for i in n.input):
-            ok = False
+    nodes = list(graph.node)
+    for n in nodes:
+        if not known.issuperset(n.input):
             break
         known.update(n.output)
-    if ok:
-        return list(graph.node)
+    else:
+        return nodes
     producers = {o: k for k, n in enumerate(graph.node) for o in n.output}
     order, state = [], {}
 
@@ -1248,14 +1270,22 @@ def _infer_shapes_light(model: "onnx.ModelProto", in_place: bool = False) -> "on
     g.output.extend(model.graph.output)
     g.value_info.extend(model.graph.value_info)
     inputs = {i.name for i in model.graph.input}
+    types: dict[tuple, Any] = {}  # (element type, dims) -> the TypeProto make_tensor_value_info makes
     for t in model.graph.initializer:
+        dims = tuple(t.dims)
         n = 1
-        for d in t.dims:
+        for d in dims:
             n *= d
         if n <= _INFER_KEEP_ELEMENTS:
             g.initializer.append(t)
         elif t.name not in inputs:
-            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            key = (t.data_type, dims)
+            tp = types.get(key)
+            if tp is None:
+                tp = types[key] = onnx.helper.make_tensor_type_proto(t.data_type, list(dims))
+            vi = g.input.add()
+            vi.name = t.name
+            vi.type.CopyFrom(tp)
     inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     out = model
     if not in_place:  # the caller's ModelProto is left as it was
