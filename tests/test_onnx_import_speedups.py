@@ -241,3 +241,25 @@ def test_tensor_array_equals_to_array():
         ref, got = numpy_helper.to_array(t), _tensor_array(t)
         assert got.dtype == ref.dtype and got.shape == ref.shape, t.name
         assert got.tobytes() == ref.tobytes() if ref.dtype != object else got.tolist() == ref.tolist()
+
+
+def test_import_leaves_the_garbage_collector_as_it_was(tmp_path):
+    import gc
+
+    onnx = pytest.importorskip("onnx")
+    from rlx_rules.onnx_import import import_onnx
+
+    path = tmp_path / "w.onnx"
+    onnx.save(_weights_model(onnx), str(path))
+    assert gc.isenabled()
+    import_onnx(str(path), str(tmp_path / "w.graph.json"))
+    assert gc.isenabled()
+    with pytest.raises(OnnxImportError):
+        import_onnx(str(tmp_path / "missing.onnx"))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        convert(str(path))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import math
 import os
@@ -122,6 +124,21 @@ def _tensor_array(t: "onnx.TensorProto") -> np.ndarray:
             and not t.HasField("segment") and t.data_location != onnx.TensorProto.EXTERNAL):
         return np.frombuffer(t.raw_data, dtype=onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).reshape(t.dims)
     return numpy_helper.to_array(t)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector paused (as it was, after): an import allocates some 10^5 dicts and lists and
+    frees almost none, so the collections it would trigger (a full one among them, ~30 ms at 192 BERT layers) find
+    nothing to collect. Reference counting still frees everything as usual."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _norm_axis(axis: int, rank: Optional[int]) -> int:
@@ -245,8 +262,9 @@ class _Converter:
 
     def value(self, name: str) -> int:
         """The node id of tensor `name`, creating its Constant or Param node on first use."""
-        if name in self.tensors:
-            return self.tensors[name]
+        nid = self.tensors.get(name)
+        if nid is not None:
+            return nid
         if name in self.consts:
             arr = self.consts[name]
             origin = self.const_origin.get(name)
@@ -268,6 +286,10 @@ class _Converter:
 
     # ---- the conversion -------------------------------------------------------------------------------------
     def run(self) -> dict:
+        with _gc_paused():
+            return self._run()
+
+    def _run(self) -> dict:
         self.check_opsets()
         self.collect_value_info()
         for init in self.graph.initializer:
@@ -421,9 +443,10 @@ class _Converter:
         return base if k == 0 else f"{base}#{k}"
 
     def simple(self, node, op: str, attrs: Optional[dict] = None, inputs: Optional[list[str]] = None) -> int:
-        names = [i for i in (node.input if inputs is None else inputs) if i]
-        return self.emit(op, [self.value(i) for i in names], attrs, out=node.output[0], name=self.label(node),
-                         onnx_node=node)
+        value = self.value
+        ins = [value(i) for i in (node.input if inputs is None else inputs) if i]
+        out = node.output[0]
+        return self.emit(op, ins, attrs, out=out, name=node.name or out, onnx_node=node)  # name: self.label(node)
 
     def alias(self, node, src: str) -> None:
         out = node.output[0]
@@ -987,7 +1010,8 @@ def _refine_shapes(nodes: list[dict]) -> None:
     by_id = {n["id"]: n for n in nodes}
     for n in nodes:  # ids are in topological order
         shape = n.get("shape")
-        if not shape or not any(isinstance(d, str) and d.startswith("unk") for d in shape):
+        if not shape or str not in map(type, shape) or not any(isinstance(d, str) and d.startswith("unk")
+                                                               for d in shape):
             continue
         got = _computed_shape(n, [_static_shape(by_id.get(i)) for i in n.get("inputs", ())])
         if got is None or len(got) != len(shape):
@@ -1320,6 +1344,11 @@ def default_weights_path(graph_path: str) -> str:
 def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_max_elements: int = 16):
     """Import an ONNX model as a Graph. With `output_path`, write the graph there and the weights beside it
     (NAME.weights.npz, or `weights_path`), and point the graph's "weights" field at them."""
+    with _gc_paused():
+        return _import_onnx(model_or_path, output_path, weights_path, inline_max_elements)
+
+
+def _import_onnx(model_or_path, output_path, weights_path, inline_max_elements: int):
     from .graph import Graph
 
     result = convert(model_or_path, inline_max_elements=inline_max_elements)
