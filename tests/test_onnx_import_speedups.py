@@ -263,3 +263,27 @@ def test_import_leaves_the_garbage_collector_as_it_was(tmp_path):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_nodes_out_of_order_are_sorted_and_cycles_refused():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Neg", ["a"], ["b"], name="n"),
+             helper.make_node("Exp", ["b"], ["y"], name="e")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+
+    def model(ns):
+        return helper.make_model(helper.make_graph(ns, "chain", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+
+    def wiring(graph):  # (ONNX shape inference sees less of an unsorted graph: shapes may differ)
+        return [(n["op"], n.get("name"), n.get("inputs")) for n in graph["nodes"]], graph["outputs"]
+
+    in_order = convert(model(nodes)).graph
+    assert [n["op"] for n in in_order["nodes"]] == ["Input", "Relu", "Neg", "Exp"]
+    assert wiring(convert(model(nodes[::-1])).graph) == wiring(in_order)
+    cyclic = [helper.make_node("Relu", ["x", "b"], ["a"], name="r"), helper.make_node("Neg", ["a"], ["b"], name="n"),
+              helper.make_node("Exp", ["b"], ["y"], name="e")]
+    with pytest.raises(OnnxImportError, match="cycle"):
+        convert(model(cyclic))

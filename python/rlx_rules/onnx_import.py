@@ -163,6 +163,7 @@ class _Converter:
         self.unknown_dims = 0
         self.opset = 0
         self.used: set[str] = set()
+        self.in_order: Optional[list] = None     # the nodes, when ONNX's order is already topological
         self.from_registry = None
 
     # ---- set-up ---------------------------------------------------------------------------------------------
@@ -177,8 +178,13 @@ class _Converter:
         if self.opset > latest or self.opset < MIN_OPSET:
             raise OnnxImportError(f"unsupported ai.onnx opset {self.opset} (this importer, with onnx "
                                   f"{onnx.__version__}, reads opsets {MIN_OPSET} to {latest})")
+        # the same pass over the nodes collects the tensors they use and whether ONNX's order is topological
         subgraph = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-        for node in self.graph.node:
+        used = self.used
+        known = {i.name for i in self.graph.input} | {t.name for t in self.graph.initializer} | {""}
+        nodes = list(self.graph.node)
+        ordered = True
+        for node in nodes:
             if node.domain not in SUPPORTED_DOMAINS:
                 raise OnnxImportError(f"node {node.name or node.op_type!r} ({node.op_type}) is in domain "
                                       f"{node.domain!r}; only ai.onnx and com.microsoft are supported")
@@ -187,6 +193,16 @@ class _Converter:
                     raise OnnxImportError(
                         f"node {node.name or node.op_type!r} ({node.op_type}) has a subgraph (attribute "
                         f"{a.name!r}); control flow (If, Loop, Scan) is not supported")
+            inputs = node.input
+            used.update(inputs)
+            if ordered:
+                if known.issuperset(inputs):
+                    known.update(node.output)
+                else:
+                    ordered = False
+        used.discard("")
+        used.update(o.name for o in self.graph.output)
+        self.in_order = nodes if ordered else None  # else _toposorted sorts them
 
     def collect_value_info(self) -> None:
         vi = self.vi
@@ -295,18 +311,13 @@ class _Converter:
         for init in self.graph.initializer:
             arr = self.detached.get(init.name)
             self.consts[init.name] = _tensor_array(init) if arr is None else arr
-        used = self.used
-        for node in self.graph.node:
-            used.update(node.input)
-        used.discard("")
-        used.update(o.name for o in self.graph.output)
         for inp in self.graph.input:
             if inp.name in self.consts:  # an input with a default value (IR < 4): treated as a weight
                 continue
             shape, dtype = self.vi[inp.name]
             self.emit("Input", [], name=inp.name, shape=shape, dtype=dtype)
             self.tensors[inp.name] = len(self.nodes) - 1
-        for node in _toposorted(self.graph):
+        for node in self.in_order if self.in_order is not None else _toposorted(self.graph):
             self.convert(node)
         outputs = [self.value(o.name) for o in self.graph.output]
         nodes, outputs = _prune(self.nodes, outputs)
@@ -358,15 +369,16 @@ class _Converter:
         op = node.op_type
         if op not in _FOLDERS or len(node.output) != 1:
             return False
-        at = self.attrs_of(node)
+        at = self.attrs_of(node) if len(node.attribute) else {}
         if op == "Shape":
             shape = self.shape(node.input[0])
             if shape is None or not all(isinstance(d, int) for d in shape):
                 return False
             args = [np.array(shape, dtype=np.int64)]
         else:
-            args = [self.const(i) if i else None for i in node.input]
-            if not node.input or any(a is None for a, i in zip(args, node.input) if i):
+            consts, inputs = self.consts, node.input
+            args = [consts.get(i) if i else None for i in inputs]  # self.const(i)
+            if not inputs or any(a is None for a, i in zip(args, inputs) if i):
                 return False
             if sum(a.size for a in args if a is not None) > FOLD_MAX * 64:
                 return False
@@ -487,7 +499,7 @@ class _Converter:
     def op_Constant(self, node) -> None:
         a = node.attribute[0]
         if a.name == "value":
-            arr = numpy_helper.to_array(a.t)
+            arr = _tensor_array(a.t)
         elif a.name in ("value_float", "value_int"):
             arr = np.array(a.f if a.name == "value_float" else a.i,
                            dtype=np.float32 if a.name == "value_float" else np.int64)
