@@ -1435,19 +1435,25 @@ _ZIP64_LIMIT = (1 << 31) - 1      # zipfile's threshold for ZIP64 sizes and offs
 _ZIP_COUNT_LIMIT = (1 << 16) - 1  # and for the number of members
 
 
-def _npy_member(arr) -> tuple[bytes, Any]:
-    """The .npy file of `arr` as (header bytes, data buffer): what np.lib.format.write_array writes."""
+def _npy_member(arr, heads: dict) -> tuple[bytes, Any]:
+    """The .npy file of `arr` as (header bytes, data buffer): what np.lib.format.write_array writes. `heads`
+    keeps the headers made so far by (dtype, shape), for numpy's built-in dtypes (whose descr is dtype.str)."""
     arr = np.asanyarray(arr)
     if type(arr) is np.ndarray and arr.flags.c_contiguous and not arr.dtype.hasobject:
-        d = np.lib.format.header_data_from_array_1_0(arr)
-        head = io.BytesIO()
-        try:
-            np.lib.format.write_array_header_1_0(head, d)  # write_array's choice while the header fits 1.0
-        except ValueError:
-            pass
-        else:
-            data = arr.reshape(-1).view(np.uint8) if arr.nbytes else b""
-            return head.getvalue(), data
+        key = (arr.dtype.str, arr.shape) if arr.dtype.isbuiltin == 1 else None
+        head = heads.get(key) if key is not None else None
+        if head is None:
+            buf = io.BytesIO()
+            try:  # write_array's choice while the header fits version 1.0
+                np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
+            except ValueError:
+                buf = None
+            if buf is not None:
+                head = buf.getvalue()
+                if key is not None:
+                    heads[key] = head
+        if head is not None:
+            return head, (arr.reshape(-1).view(np.uint8) if arr.nbytes else b"")
     buf = io.BytesIO()  # anything else (Fortran order, strided, subclasses): numpy's own writer
     np.lib.format.write_array(buf, arr, allow_pickle=False)
     return buf.getvalue(), b""
@@ -1461,6 +1467,7 @@ def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
     dostime, dosdate = 0, 1 << 5 | 1  # 1980-01-01 00:00, zipfile's default for members opened by name
     system = 0 if sys.platform == "win32" else 3
     members = []
+    heads: dict = {}
     for name, arr in weights.items():
         fname = name + ".npy"
         if "\0" in fname:  # what zipfile.ZipInfo does to a name
@@ -1471,7 +1478,7 @@ def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
             raw_name, flags = fname.encode("ascii"), 0
         except UnicodeEncodeError:
             raw_name, flags = fname.encode("utf-8"), 0x800
-        head, data = _npy_member(arr)
+        head, data = _npy_member(arr, heads)
         members.append((raw_name, flags, head, data, memoryview(data).nbytes))
     # zlib.crc32 and file writes release the GIL: the CRC-32s of large members are computed by a helper thread,
     # in member order, while the main thread writes the members before them
