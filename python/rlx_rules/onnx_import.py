@@ -1480,6 +1480,11 @@ def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
             raw_name, flags = fname.encode("utf-8"), 0x800
         head, data = _npy_member(arr, heads)
         members.append((raw_name, flags, head, data, memoryview(data).nbytes))
+    # the archive's size reserved up front (an upper bound; trimmed at the end), so that ext4 has no delayed
+    # allocation to force when the file replaces an older one: its rename would otherwise start writing back the
+    # whole file (~50 ms at 150 MB)
+    _preallocate(f.fileno(), sum(2 * len(raw_name) + len(head) + nbytes + 200
+                                 for raw_name, _, head, _, nbytes in members) + 200)
     # zlib.crc32 and file writes release the GIL: the CRC-32s of large members are computed by a helper thread,
     # in member order, while the main thread writes the members before them
     ahead = [(head, data) for _, _, head, data, n in members if n >= _CRC_AHEAD_MIN]
@@ -1535,3 +1540,28 @@ def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
         f.write(_ZIP64_LOCATOR.pack(b"PK\x06\x07", 0, offset, 1))
         count, cd_size, start = min(count, 0xFFFF), min(cd_size, 0xFFFFFFFF), min(start, 0xFFFFFFFF)
     f.write(_ZIP_END.pack(b"PK\x05\x06", 0, 0, count, count, cd_size, start, 0))
+    f.truncate()  # the end of what was reserved
+
+
+_FALLOCATE: Any = False  # not looked up yet
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Reserve `size` bytes for the file `fd` with Linux's fallocate(2), where the C library has it; nothing
+    elsewhere, and nothing where the file system cannot (posix_fallocate would write a byte per block instead).
+    Only an optimization: errors are ignored."""
+    global _FALLOCATE
+    if _FALLOCATE is False:
+        _FALLOCATE = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).fallocate64
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+                fn.restype = ctypes.c_int
+                _FALLOCATE = fn
+            except (OSError, AttributeError):
+                pass
+    if _FALLOCATE is not None and size > 0:
+        _FALLOCATE(fd, 0, 0, size)
