@@ -3,6 +3,7 @@
     python benchmarks/bench_onnx.py table              # (a) fusion table on ../shared/corpus
     python benchmarks/bench_onnx.py speed --layers 2,4,8,16,32,64,128,192 [--peers-max 192] [--repeat 5]
     python benchmarks/bench_onnx.py stack 24 -o /tmp/bert24.onnx   # just write a stacked BERT
+    python benchmarks/bench_onnx.py phases 192 [--repeat 7]           # where rlx-rules' import+apply time goes
 
 The stacks are built from the corpus BERT (legacy export) with the onnx package: the encoder layer's nodes and
 initializers are copied N times under new names and chained (every copy has layer 0's weights). Peers that are not
@@ -219,15 +220,15 @@ def speed(args) -> None:
             path = stack_bert(n, os.path.join(tmp, f"bert{n}.onnx"))
             import onnx
             n_nodes = len(onnx.load(path, load_external_data=False).graph.node)
-            times, fused = [], None
+            times, applies, fused = [], [], None
             for _ in range(args.repeat):
                 r = ours(path, tmp)
                 times.append(r["import_s"] + r["apply_s"])
+                applies.append(r["apply_s"])
                 fused = r["counts"]["FusedAttentionBlock"]
-                apply_s = r["apply_s"]
             mem = statistics.median(ours_in_memory(path) for _ in range(args.repeat))
-            row = {"layers": n, "onnx_nodes": n_nodes, "ours_s": statistics.median(times), "ours_apply_s": apply_s,
-                   "ours_mem_s": mem, "ours_attention": fused}
+            row = {"layers": n, "onnx_nodes": n_nodes, "ours_s": statistics.median(times),
+                   "ours_apply_s": statistics.median(applies), "ours_mem_s": mem, "ours_attention": fused}
             if n <= args.peers_max:
                 for peer, fn in (("ort", lambda: ort_peer(path, "bert", 2, 128)), ("onnxscript", lambda: onnxscript_peer(path))):
                     try:
@@ -257,6 +258,65 @@ def speed(args) -> None:
               f"{1000 * r['ours_mem_s']:.0f} ms | {1000 * r['ours_apply_s']:.1f} ms | {r['ours_attention']} | {cell(ort_s)} | {cell(osc)} | {ratio(ort_s)} | {ratio(osc)} |")
 
 
+def phases(args) -> None:
+    """Median seconds of each part of import_onnx (files written) + apply on a stacked BERT, timed by wrapping the
+    importer's steps (so they add a little overhead of their own)."""
+    import functools
+
+    import rlx_rules
+    from rlx_rules import facts, onnx_import
+    from rlx_rules.graph import Graph
+
+    steps = [(onnx_import, "_read_detached", "read the file, parse the model without its large weights"),
+             (onnx_import, "_infer_shapes_light", "ONNX shape inference"),
+             (onnx_import._Converter, "run", "node conversion (value info, folding, RLX nodes, prune)"),
+             (facts, "annotate", "value facts of the weights"),
+             (Graph, "from_dict", "Graph.from_dict (json.dumps + validation)"),
+             (onnx_import, "save_weights", "weights .npz written"),
+             (Graph, "write", "graph.json written")]
+    spent: dict = {}
+    originals = []
+    for owner, name, label in steps:
+        fn = owner.__dict__[name]
+        originals.append((owner, name, fn))
+        real = fn.__func__ if isinstance(fn, classmethod) else fn
+
+        def timed(*a, _real=real, _label=label, **k):
+            t0 = time.perf_counter()
+            try:
+                return _real(*a, **k)
+            finally:
+                spent[_label] = spent.get(_label, 0.0) + time.perf_counter() - t0
+        timed = functools.wraps(real)(timed)
+        setattr(owner, name, classmethod(timed) if isinstance(fn, classmethod) else timed)
+    rows: dict = collections.defaultdict(list)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = args.onnx or stack_bert(args.n, os.path.join(tmp, f"bert{args.n}.onnx"))
+            rules = rlx_rules.load_rules(str(RULES))
+            for _ in range(args.repeat):
+                spent.clear()
+                t0 = time.perf_counter()
+                graph = onnx_import.import_onnx(path, os.path.join(tmp, "out.graph.json"))
+                t1 = time.perf_counter()
+                rules.apply(graph)
+                t2 = time.perf_counter()
+                for _, _, label in steps:
+                    rows[label].append(spent.get(label, 0.0))
+                rows["other import work"].append((t1 - t0) - sum(spent.values()))
+                rows["apply (rule engine)"].append(t2 - t1)
+                rows["import + apply"].append(t2 - t0)
+    finally:
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}; "
+          f"median of {args.repeat} runs")
+    print("| part | median | min |")
+    print("|---|---|---|")
+    for label, ts in rows.items():
+        print(f"| {label} | {1000 * statistics.median(ts):.0f} ms | {1000 * min(ts):.0f} ms |")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -266,6 +326,10 @@ def main(argv=None) -> None:
     sp.add_argument("--repeat", type=int, default=5)
     sp.add_argument("--peer-repeat", type=int, default=1)
     sp.add_argument("--peers-max", type=int, default=192)
+    ph = sub.add_parser("phases")
+    ph.add_argument("n", type=int, nargs="?", default=192)
+    ph.add_argument("--repeat", type=int, default=7)
+    ph.add_argument("--onnx", help="an ONNX file to use instead of a stack of n layers")
     st = sub.add_parser("stack")
     st.add_argument("n", type=int)
     st.add_argument("-o", required=True)
@@ -274,6 +338,8 @@ def main(argv=None) -> None:
         table(args)
     elif args.cmd == "speed":
         speed(args)
+    elif args.cmd == "phases":
+        phases(args)
     else:
         print(stack_bert(args.n, args.o))
 
