@@ -267,7 +267,9 @@ def phases(args) -> None:
     from rlx_rules import facts, onnx_import
     from rlx_rules.graph import Graph
 
-    steps = [(onnx_import, "_read_detached", "read the file, parse the model without its large weights"),
+    import onnx
+
+    steps = [(onnx, "load", "read and parse the model (onnx.load)"),
              (onnx_import, "_infer_shapes_light", "ONNX shape inference"),
              (onnx_import._Converter, "run", "node conversion (value info, folding, RLX nodes, prune)"),
              (facts, "annotate", "value facts of the weights"),

@@ -7,13 +7,8 @@ import gc
 import io
 import math
 import os
-import queue
-import stat
-import struct
 import sys
-import threading
 import warnings
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -148,9 +143,8 @@ def _norm_axis(axis: int, rank: Optional[int]) -> int:
 
 
 class _Converter:
-    def __init__(self, model: "onnx.ModelProto", inline_max: int, detached: Optional[dict] = None):
+    def __init__(self, model: "onnx.ModelProto", inline_max: int):
         self.model = model
-        self.detached = detached or {}  # initializer values kept out of the ModelProto (_load_model's detach)
         self.graph = model.graph
         self.inline_max = inline_max
         self.nodes: list[dict] = []
@@ -309,8 +303,7 @@ class _Converter:
         self.check_opsets()
         self.collect_value_info()
         for init in self.graph.initializer:
-            arr = self.detached.get(init.name)
-            self.consts[init.name] = _tensor_array(init) if arr is None else arr
+            self.consts[init.name] = _tensor_array(init)
         for inp in self.graph.input:
             if inp.name in self.consts:  # an input with a default value (IR < 4): treated as a weight
                 continue
@@ -1082,25 +1075,13 @@ def _needs_shape_inference(model) -> bool:
 def load_model(model_or_path, *, infer_shapes: bool = True) -> "onnx.ModelProto":
     """Load an ONNX model (path or ModelProto) with its external data, inline its local functions and run ONNX
     shape inference where value info is missing. Raises OnnxImportError for what cannot be read."""
-    return _load_model(model_or_path, infer_shapes=infer_shapes)[0]
-
-
-def _load_model(model_or_path, *, infer_shapes: bool = True,
-                detach: bool = False) -> tuple["onnx.ModelProto", dict[str, np.ndarray]]:
-    """load_model, and with `detach` (a model read from a file) the values of its large raw initializers, by
-    name, as read-only arrays over the bytes read from the file: their TensorProtos keep name, type and dims but
-    not the data, which is then neither copied by the protobuf parser nor again by reading raw_data."""
     _require_onnx()
     base_dir = None
-    detached: dict[str, np.ndarray] = {}
     if isinstance(model_or_path, (str, os.PathLike)):
         path = os.fspath(model_or_path)
         base_dir = os.path.dirname(os.path.abspath(path))
         try:
-            if detach and _reads_as_protobuf(path):
-                model, detached = _read_detached(path)
-            else:
-                model = onnx.load(path, load_external_data=False)
+            model = onnx.load(path, load_external_data=False)
         except FileNotFoundError as e:
             raise OnnxImportError(f"cannot read {path}: no such file") from e
         except Exception as e:  # noqa: BLE001 - protobuf decode errors and the like
@@ -1136,156 +1117,11 @@ def _load_model(model_or_path, *, infer_shapes: bool = True,
             model = _infer_shapes_light(model, in_place=isinstance(model_or_path, (str, os.PathLike)) or model is not model_or_path)
         except Exception as e:  # noqa: BLE001 - a model ONNX cannot infer still imports, with fewer shapes
             warnings.warn(f"ONNX shape inference failed ({e}); importing with the shapes the model declares")
-    return model, detached
+    return model
 
 
-# ---- reading a model without copying its weights twice ----------------------------------------------------------
-# onnx.load reads the file (one copy of the weights), the protobuf parser copies every raw_data into its own
-# memory (a second) and each TensorProto.raw_data read makes a bytes object (a third). For a model file in the
-# protobuf binary format, _read_detached reads the file once, finds the large initializers' raw_data fields with a
-# small scanner of the protobuf wire format, parses the model without them, and makes each such weight a numpy
-# view of the bytes read. Anything it does not expect (a graph field given twice, groups, a malformed field) makes
-# it parse the whole file as onnx.load does, so errors and results are the same.
-
-_DETACH_MIN_BYTES = 16 * 1024 + 1  # > 1024 elements of any type: shape inference never needs these values
 # TensorProto types whose raw_data numpy_helper.to_array reads with np.frombuffer as it is (little-endian hosts)
 _PLAIN_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15})
-
-
-class _WireError(Exception):
-    pass
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    value, shift = b & 0x7F, 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise _WireError("varint too long")
-
-
-def _varint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _wire_fields(buf: bytes, pos: int, end: int):
-    """The fields of the message in buf[pos:end]: (field number, start, payload start or None, end) each; the
-    payload start is given for length-delimited fields only."""
-    while pos < end:
-        start = pos
-        key, pos = _varint(buf, pos)
-        kind = key & 7
-        if kind == 2:
-            n, pos = _varint(buf, pos)
-            if pos + n > end:
-                raise _WireError("field past the end of its message")
-            yield key >> 3, start, pos, pos + n
-            pos += n
-            continue
-        if kind == 0:
-            _, pos = _varint(buf, pos)
-        elif kind == 1:
-            pos += 8
-        elif kind == 5:
-            pos += 4
-        else:  # groups (3, 4) and invalid kinds
-            raise _WireError(f"wire type {kind}")
-        yield key >> 3, start, None, pos
-    if pos != end:
-        raise _WireError("truncated message")
-
-
-def _split_raw_data(buf: bytes) -> Optional[tuple[bytes, dict[int, tuple[int, int]]]]:
-    """The serialized ModelProto `buf` without the raw_data of its large initializers, and where each of those
-    lies in `buf` ({initializer index: (offset, length)}); None when there are none or `buf` is not laid out as
-    expected (ModelProto.graph = 7, GraphProto.initializer = 5, TensorProto.raw_data = 9)."""
-    graphs = [f for f in _wire_fields(buf, 0, len(buf)) if f[0] == 7]
-    if len(graphs) != 1 or graphs[0][2] is None:
-        return None
-    _, g_start, g_body, g_end = graphs[0]
-    view = memoryview(buf)
-    pieces: list = []
-    spans: dict[int, tuple[int, int]] = {}
-    last, index = g_body, -1
-    for number, start, body, end in _wire_fields(buf, g_body, g_end):
-        if number != 5 or body is None:
-            continue
-        index += 1
-        if end - body < _DETACH_MIN_BYTES:
-            continue
-        raw = [f for f in _wire_fields(buf, body, end) if f[0] == 9]
-        if len(raw) != 1 or raw[0][2] is None or raw[0][3] - raw[0][2] < _DETACH_MIN_BYTES:
-            continue
-        _, r_start, r_body, r_end = raw[0]
-        pieces += [view[last:start], b"\x2a", _varint_bytes((r_start - body) + (end - r_end)), view[body:r_start],
-                   view[r_end:end]]
-        spans[index] = (r_body, r_end - r_body)
-        last = end
-    if not spans:
-        return None
-    pieces.append(view[last:g_end])
-    graph = b"".join(pieces)
-    return b"".join([view[:g_start], b"\x3a", _varint_bytes(len(graph)), graph, view[g_end:]]), spans
-
-
-def _reads_as_protobuf(path: str) -> bool:
-    """Whether onnx.load reads `path` as the protobuf binary format (it picks text formats by extension)."""
-    try:
-        fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
-    except Exception:  # noqa: BLE001
-        return False
-    return fmt in (None, "protobuf")
-
-
-def _read_detached(path: str) -> tuple["onnx.ModelProto", dict[str, np.ndarray]]:
-    with open(path, "rb") as f:
-        buf = f.read()
-    split = None
-    if sys.byteorder == "little":
-        try:
-            split = _split_raw_data(buf)
-        except (_WireError, IndexError):
-            split = None
-    if split is not None:
-        model = onnx.ModelProto()
-        try:
-            model.ParseFromString(split[0])
-        except Exception:  # noqa: BLE001 - parsed again below, whole, for onnx's own error
-            split = None
-    if split is None:
-        return onnx.serialization.registry.get("protobuf").deserialize_proto(buf, onnx.ModelProto()), {}
-    inits = model.graph.initializer
-    names: dict[str, int] = {}
-    for t in inits:
-        names[t.name] = names.get(t.name, 0) + 1
-    detached: dict[str, np.ndarray] = {}
-    for k, (offset, length) in split[1].items():
-        t = inits[k]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type) if t.data_type in _PLAIN_TYPES else None
-        count = 1
-        for d in t.dims:
-            count *= d
-        if (dtype is None or names[t.name] != 1 or t.HasField("segment") or count * dtype.itemsize != length
-                or count <= _INFER_KEEP_ELEMENTS or any(d < 0 for d in t.dims)
-                or (t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL)):
-            t.raw_data = buf[offset:offset + length]  # not for the fast path: the tensor as it was
-            continue
-        detached[t.name] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(tuple(t.dims))
-    return model, detached
 
 
 _INFER_KEEP_ELEMENTS = 1024  # initializers up to this size keep their values for data propagation
@@ -1336,8 +1172,8 @@ def _infer_shapes_light(model: "onnx.ModelProto", in_place: bool = False) -> "on
 
 def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
     """Convert in memory: graph.json as a dict (without the "weights" field) and the weights by Param name."""
-    model, detached = _load_model(model_or_path, detach=True)
-    c = _Converter(model, inline_max_elements, detached)
+    model = load_model(model_or_path)
+    c = _Converter(model, inline_max_elements)
     graph = c.run()
     facts.annotate(graph, c.weights)  # what the weights guarantee (duplicated rotary halves, causal masks)
     return OnnxImport(graph, c.weights, c.warnings)
@@ -1381,22 +1217,22 @@ def _import_onnx(model_or_path, output_path, weights_path, inline_max_elements: 
 
 
 def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
-    """Write the weights as an uncompressed .npz (keys are Param names), through a temporary file and a rename.
+    """Write the weights as an uncompressed .npz (keys are Param names; what np.savez writes, without its
+    keyword-name limits), through a temporary file and a rename.
 
-    The archive is what np.savez writes (one NAME.npy member per weight, stored, ZIP64 extras as zipfile's
-    force_zip64 writes them), but each member's header is written once with its CRC-32 already computed, and
-    the array's bytes go to the file straight from its buffer (zipfile's writer re-seeks every member to patch
-    its header, and numpy copies each array in chunks into it)."""
+    Each member is a .npy header followed by the array's bytes, written from the array's own buffer (zipfile
+    computes the CRC-32 as they go through), rather than by np.lib.format.write_array, which copies every array
+    in chunks."""
+    import zipfile
+
     tmp = path + ".tmp.npz"
     try:
-        with open(tmp, "wb", buffering=1 << 20) as f:
-            _write_npz(f, weights)
-        old = _hold_old_file(path)
-        try:
-            os.replace(tmp, path)
-        finally:
-            if old is not None:  # the replaced file's pages are freed when its last descriptor closes
-                threading.Thread(target=os.close, args=(old,), name="rlx-close-replaced").start()
+        heads: dict = {}
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, arr in weights.items():
+                with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                    _write_npy(f, np.asanyarray(arr), heads)
+        os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -1407,38 +1243,9 @@ def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
         raise
 
 
-def _hold_old_file(path: str) -> Optional[int]:
-    """A read-only descriptor of the regular file at `path` (POSIX), so that freeing its pages when it is
-    replaced happens when the descriptor closes (in a helper thread) rather than inside the rename; else None."""
-    if os.name != "posix":  # an open file cannot be replaced on Windows
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
-
-
-# ZIP records (APPNOTE 6.3), as Python's zipfile writes them.
-_ZIP_LOCAL = struct.Struct("<4s2B4H3I2H")
-_ZIP_CENTRAL = struct.Struct("<4s4B4H3I5H2I")
-_ZIP_END = struct.Struct("<4s4H2IH")
-_ZIP64_END = struct.Struct("<4sQ2H2I4Q")
-_ZIP64_LOCATOR = struct.Struct("<4sIQI")
-_ZIP64_LIMIT = (1 << 31) - 1      # zipfile's threshold for ZIP64 sizes and offsets
-_ZIP_COUNT_LIMIT = (1 << 16) - 1  # and for the number of members
-
-
-def _npy_member(arr, heads: dict) -> tuple[bytes, Any]:
-    """The .npy file of `arr` as (header bytes, data buffer): what np.lib.format.write_array writes. `heads`
-    keeps the headers made so far by (dtype, shape), for numpy's built-in dtypes (whose descr is dtype.str)."""
-    arr = np.asanyarray(arr)
+def _write_npy(f, arr: np.ndarray, heads: dict) -> None:
+    """Write `arr` to `f` as np.lib.format.write_array does. `heads` keeps the headers made so far by (dtype,
+    shape), for numpy's built-in dtypes (whose descr is dtype.str): a stacked model repeats a few shapes."""
     if type(arr) is np.ndarray and arr.flags.c_contiguous and not arr.dtype.hasobject:
         key = (arr.dtype.str, arr.shape) if arr.dtype.isbuiltin == 1 else None
         head = heads.get(key) if key is not None else None
@@ -1453,115 +1260,8 @@ def _npy_member(arr, heads: dict) -> tuple[bytes, Any]:
                 if key is not None:
                     heads[key] = head
         if head is not None:
-            return head, (arr.reshape(-1).view(np.uint8) if arr.nbytes else b"")
-    buf = io.BytesIO()  # anything else (Fortran order, strided, subclasses): numpy's own writer
-    np.lib.format.write_array(buf, arr, allow_pickle=False)
-    return buf.getvalue(), b""
-
-
-_CRC_AHEAD_MIN = 1 << 16  # members this large get their CRC-32 from a helper thread while others are written
-
-
-def _write_npz(f, weights: dict[str, np.ndarray]) -> None:
-    """Write `weights` to the binary file `f` as an uncompressed .npz archive."""
-    dostime, dosdate = 0, 1 << 5 | 1  # 1980-01-01 00:00, zipfile's default for members opened by name
-    system = 0 if sys.platform == "win32" else 3
-    members = []
-    heads: dict = {}
-    for name, arr in weights.items():
-        fname = name + ".npy"
-        if "\0" in fname:  # what zipfile.ZipInfo does to a name
-            fname = fname[:fname.index("\0")]
-        if os.sep != "/":
-            fname = fname.replace(os.sep, "/")
-        try:
-            raw_name, flags = fname.encode("ascii"), 0
-        except UnicodeEncodeError:
-            raw_name, flags = fname.encode("utf-8"), 0x800
-        head, data = _npy_member(arr, heads)
-        members.append((raw_name, flags, head, data, memoryview(data).nbytes))
-    # the archive's size reserved up front (an upper bound; trimmed at the end), so that ext4 has no delayed
-    # allocation to force when the file replaces an older one: its rename would otherwise start writing back the
-    # whole file (~50 ms at 150 MB)
-    _preallocate(f.fileno(), sum(2 * len(raw_name) + len(head) + nbytes + 200
-                                 for raw_name, _, head, _, nbytes in members) + 200)
-    # zlib.crc32 and file writes release the GIL: the CRC-32s of large members are computed by a helper thread,
-    # in member order, while the main thread writes the members before them
-    ahead = [(head, data) for _, _, head, data, n in members if n >= _CRC_AHEAD_MIN]
-    crcs: queue.SimpleQueue = queue.SimpleQueue()
-    stop = threading.Event()
-
-    def crc_ahead() -> None:
-        try:
-            for head, data in ahead:
-                if stop.is_set():
-                    return
-                crcs.put(zlib.crc32(data, zlib.crc32(head)))
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread
-            crcs.put(e)
-
-    helper = threading.Thread(target=crc_ahead, name="rlx-npz-crc") if len(ahead) > 1 else None
-    if helper is not None:
-        helper.start()
-    central = []
-    offset = 0
-    try:
-        for raw_name, flags, head, data, nbytes in members:
-            if helper is not None and nbytes >= _CRC_AHEAD_MIN:
-                crc = crcs.get()
-                if isinstance(crc, BaseException):
-                    raise crc
-            else:
-                crc = zlib.crc32(data, zlib.crc32(head))
-            size = len(head) + nbytes
-            extra = struct.pack("<HHQQ", 1, 16, size, size)  # force_zip64: sizes in the ZIP64 extra
-            f.write(_ZIP_LOCAL.pack(b"PK\x03\x04", 45, 0, flags, 0, dostime, dosdate, crc, 0xFFFFFFFF, 0xFFFFFFFF,
-                                    len(raw_name), len(extra)) + raw_name + extra + head)
-            f.write(data)
-            central.append((raw_name, flags, crc, size, offset))
-            offset += _ZIP_LOCAL.size + len(raw_name) + len(extra) + size
-    finally:
-        if helper is not None:
-            stop.set()
-            helper.join()
-    start = offset
-    for raw_name, flags, crc, size, at in central:
-        extra64 = ([size, size] if size > _ZIP64_LIMIT else []) + ([at] if at > _ZIP64_LIMIT else [])
-        extra = struct.pack("<HH" + "Q" * len(extra64), 1, 8 * len(extra64), *extra64) if extra64 else b""
-        record = _ZIP_CENTRAL.pack(b"PK\x01\x02", 45, system, 45, 0, flags, 0, dostime, dosdate, crc,
-                                   0xFFFFFFFF if size > _ZIP64_LIMIT else size,
-                                   0xFFFFFFFF if size > _ZIP64_LIMIT else size, len(raw_name), len(extra), 0, 0, 0,
-                                   0o600 << 16, 0xFFFFFFFF if at > _ZIP64_LIMIT else at)
-        f.write(record + raw_name + extra)
-        offset += len(record) + len(raw_name) + len(extra)
-    count, cd_size = len(central), offset - start
-    if count > _ZIP_COUNT_LIMIT or start > _ZIP64_LIMIT or cd_size > _ZIP64_LIMIT:
-        f.write(_ZIP64_END.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, cd_size, start))
-        f.write(_ZIP64_LOCATOR.pack(b"PK\x06\x07", 0, offset, 1))
-        count, cd_size, start = min(count, 0xFFFF), min(cd_size, 0xFFFFFFFF), min(start, 0xFFFFFFFF)
-    f.write(_ZIP_END.pack(b"PK\x05\x06", 0, 0, count, count, cd_size, start, 0))
-    f.truncate()  # the end of what was reserved
-
-
-_FALLOCATE: Any = False  # not looked up yet
-
-
-def _preallocate(fd: int, size: int) -> None:
-    """Reserve `size` bytes for the file `fd` with Linux's fallocate(2), where the C library has it; nothing
-    elsewhere, and nothing where the file system cannot (posix_fallocate would write a byte per block instead).
-    Only an optimization: errors are ignored."""
-    global _FALLOCATE
-    if _FALLOCATE is False:
-        _FALLOCATE = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                fn = ctypes.CDLL(None, use_errno=True).fallocate64
-                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-                fn.restype = ctypes.c_int
-                _FALLOCATE = fn
-            except (OSError, AttributeError):
-                pass
-    if _FALLOCATE is not None and size > 0:
-        _FALLOCATE(fd, 0, 0, size)
+            f.write(head)
+            if arr.nbytes:
+                f.write(arr.reshape(-1).view(np.uint8).data)
+            return
+    np.lib.format.write_array(f, arr, allow_pickle=False)  # Fortran order, strided, subclasses: numpy's writer
