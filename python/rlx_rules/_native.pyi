@@ -1,5 +1,6 @@
 """Type stubs of the compiled extension rlx_rules._native (the pyo3 binding layer over rlx-rules-core)."""
 
+import os
 from typing import Optional
 
 import numpy as np
@@ -103,3 +104,8 @@ def simd_paths() -> list[str]: ...
 def selected_simd() -> str: ...
 def default_threads() -> int: ...
 def machine_roofline(nbytes: int, threads: int) -> tuple[float, float]: ...
+
+def write_npz(path: str | os.PathLike[str], names: list[str], headers: list[bytes],
+              data: list[npt.NDArray[np.uint8]]) -> None:
+    """A new uncompressed .npz at `path`: one NAME.npy member per name, its .npy header then its data (a
+    contiguous 1-D uint8 view of the array). Written without the GIL. Raises OSError, ValueError."""

@@ -1220,18 +1220,20 @@ def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
     """Write the weights as an uncompressed .npz (keys are Param names; what np.savez writes, without its
     keyword-name limits), through a temporary file and a rename.
 
-    Each member is a .npy header followed by the array's bytes, written from the array's own buffer (zipfile
-    computes the CRC-32 as they go through), rather than by np.lib.format.write_array, which copies every array
-    in chunks."""
-    import zipfile
+    The archive is written in Rust (rlx_rules_core::npz, with the zip crate), from the arrays' own buffers and
+    without the GIL; Python only makes the .npy headers (numpy's own format code)."""
+    from . import _native
 
     tmp = path + ".tmp.npz"
     try:
+        names, headers, data = [], [], []
         heads: dict = {}
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, arr in weights.items():
-                with zf.open(name + ".npy", "w", force_zip64=True) as f:
-                    _write_npy(f, np.asanyarray(arr), heads)
+        for name, arr in weights.items():
+            head, body = _npy_parts(np.asanyarray(arr), heads)
+            names.append(name)
+            headers.append(head)
+            data.append(body)
+        _native.write_npz(tmp, names, headers, data)
         os.replace(tmp, path)
     except OSError as e:
         if os.path.exists(tmp):
@@ -1243,9 +1245,13 @@ def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
         raise
 
 
-def _write_npy(f, arr: np.ndarray, heads: dict) -> None:
-    """Write `arr` to `f` as np.lib.format.write_array does. `heads` keeps the headers made so far by (dtype,
-    shape), for numpy's built-in dtypes (whose descr is dtype.str): a stacked model repeats a few shapes."""
+_NO_DATA = np.zeros(0, dtype=np.uint8)
+
+
+def _npy_parts(arr: np.ndarray, heads: dict) -> tuple[bytes, np.ndarray]:
+    """The .npy file of `arr` as np.lib.format.write_array writes it, as (header, data as a flat uint8 array).
+    A C-contiguous array of a plain dtype gives its own buffer (no copy); `heads` keeps the headers made so far
+    by (dtype, shape), for numpy's built-in dtypes (whose descr is dtype.str): a stacked model repeats a few."""
     if type(arr) is np.ndarray and arr.flags.c_contiguous and not arr.dtype.hasobject:
         key = (arr.dtype.str, arr.shape) if arr.dtype.isbuiltin == 1 else None
         head = heads.get(key) if key is not None else None
@@ -1260,8 +1266,7 @@ def _write_npy(f, arr: np.ndarray, heads: dict) -> None:
                 if key is not None:
                     heads[key] = head
         if head is not None:
-            f.write(head)
-            if arr.nbytes:
-                f.write(arr.reshape(-1).view(np.uint8).data)
-            return
-    np.lib.format.write_array(f, arr, allow_pickle=False)  # Fortran order, strided, subclasses: numpy's writer
+            return head, (arr.reshape(-1).view(np.uint8) if arr.nbytes else _NO_DATA)
+    buf = io.BytesIO()  # anything else (Fortran order, strided, subclasses): numpy's own writer
+    np.lib.format.write_array(buf, arr, allow_pickle=False)
+    return b"", np.frombuffer(buf.getvalue(), dtype=np.uint8)

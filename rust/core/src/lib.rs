@@ -10,6 +10,7 @@ pub mod expr;
 pub mod graph;
 pub mod kernels;
 pub mod matcher;
+pub mod npz;
 pub mod program;
 pub mod registry;
 pub mod rewrite;

@@ -4,11 +4,13 @@ use pyo3::prelude::*;
 
 mod engine;
 mod kernels;
+mod weights;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     engine::register(m)?;
     kernels::register(m)?;
+    weights::register(m)?;
     Ok(())
 }
