@@ -193,3 +193,33 @@ rule bad_enum {
         {"id": 1, "op": "Gelu", "inputs": [0], "shape": [1, 2, 2]}], "outputs": [1]}
     with pytest.raises(rlx_rules.ApplyError, match="mask_kind"):
         rules.apply(graph)
+
+
+ORPHAN_RULE = """
+rule mask_to_relu {
+  match { m = Add(x, w)  w = Where(_, _, _) }
+  keep w
+  rewrite m => Relu(x)
+}
+"""
+
+
+def test_a_rewrite_removes_what_it_left_unread_but_nothing_else():
+    """The kept Where (and its Constants) lose their only reader: removed with it. The Input it reads stays, and so
+    does a node that nothing read before the rewrite."""
+    g = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Input", "name": "x", "shape": [2]},
+        {"id": 1, "op": "Input", "name": "keep", "shape": [2], "dtype": "bool"},
+        {"id": 2, "op": "Constant", "attrs": {"value": 0.0}, "shape": []},
+        {"id": 3, "op": "Constant", "attrs": {"value": -1.0}, "shape": []},
+        {"id": 4, "op": "Where", "inputs": [1, 2, 3], "shape": [2]},
+        {"id": 5, "op": "Add", "inputs": [0, 4], "shape": [2]},
+        {"id": 6, "op": "Neg", "inputs": [0], "shape": [2]}],  # unused from the start
+        "outputs": [5]}
+    out, report = rlx_rules.compile_text(ORPHAN_RULE).apply(g)
+    assert report.fired("mask_to_relu") == 1
+    assert sorted((n.id, n.op) for n in out.nodes) == [(0, "Input"), (1, "Input"), (5, "Relu"), (6, "Neg")]
+    # still read elsewhere (here: a graph output), the Where stays
+    g["outputs"] = [5, 4]
+    out, _ = rlx_rules.compile_text(ORPHAN_RULE).apply(g)
+    assert {n.op for n in out.nodes} >= {"Where", "Constant", "Relu"}

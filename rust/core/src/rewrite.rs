@@ -97,13 +97,29 @@ pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>],
         }
         made.push(i);
     }
+    // What the removed nodes read may be left without a consumer (a kept mask or scale whose only user
+    // was absorbed): collected now, removed below once nothing reads it.
+    let mut orphans: Vec<usize> = removed.iter().flat_map(|&r| graph.inputs[r].iter().copied()).collect();
     for &r in &removed {
         graph.remove(r);
     }
     for (k, &root) in roots.iter().enumerate() {
         graph.redirect(root, replacing[k]);
     }
+    remove_orphans(graph, &mut orphans);
     Ok(replacing)
+}
+
+/// Removes the nodes of `orphans` that nothing reads any more (no consumer, not a graph output, not an
+/// `Input`), and then what only they read. A rewrite thus leaves no dead computation behind; nodes that
+/// were unused before the rewrite are not touched.
+fn remove_orphans(graph: &mut WorkGraph, orphans: &mut Vec<usize>) {
+    while let Some(i) = orphans.pop() {
+        if graph.alive[i] && graph.consumers[i].is_empty() && !graph.is_output(i) && graph.nodes[i].op != "Input" {
+            orphans.extend(graph.inputs[i].iter().copied());
+            graph.remove(i);
+        }
+    }
 }
 
 fn check_absorbable(graph: &WorkGraph, rule: &Rule, i: usize, slot: usize, removed: &[usize]) -> Result<(), Refusal> {
