@@ -170,21 +170,33 @@ def rsqrt(graph: dict) -> dict:
 
 
 # ---- a BERT-style attention block ------------------------------------------------------------------------------------
-def bert_attention(*, mask="where", fill=FMIN, sdpa=False, div=False, flat_out=False, seed=0):
+def bert_attention(*, mask="where", fill=FMIN, sdpa=False, div=False, flat_out=False, gqa=False, seed=0):
     """Q/K/V projections with bias, per-head Reshape/Transpose (Kᵀ by one Transpose {0, 2, 3, 1}), scaled scores,
     an optional Where(keep, 0, fill) padding mask, softmax, output projection. `sdpa` scales Q and Kᵀ separately
     and guards the softmax with IsNaN/Where; `div` divides by sqrt(D); `flat_out` merges the heads straight to
-    [B·S, H·D]."""
+    [B·S, H·D]. `gqa` gives K and V one head, repeated H times as HF's repeat_kv does (Unsqueeze, Expand,
+    Reshape)."""
     w = Weights(seed)
     nodes = []
     for p in "qkv":
-        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, HD))], [f"{p}_mm"]),
-                  helper.make_node("Add", [f"{p}_mm", w(f"b{p}", (HD,))], [f"{p}_lin"]),
-                  const(f"{p}_shape", [B, S, H, D], np.int64),
+        heads = 1 if gqa and p != "q" else H
+        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, heads * D))], [f"{p}_mm"]),
+                  helper.make_node("Add", [f"{p}_mm", w(f"b{p}", (heads * D,))], [f"{p}_lin"]),
+                  const(f"{p}_shape", [B, S, heads, D], np.int64),
                   helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"])]
-    nodes += [helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3]),
-              helper.make_node("Transpose", ["k_4"], ["kT"], perm=[0, 2, 3, 1]),
-              helper.make_node("Transpose", ["v_4"], ["v_h"], perm=[0, 2, 1, 3])]
+    nodes.append(helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3]))
+    if gqa:
+        for p in "kv":
+            nodes += [helper.make_node("Transpose", [f"{p}_4"], [f"{p}_t1"], perm=[0, 2, 1, 3]),
+                      const(f"{p}_ax", [2], np.int64), helper.make_node("Unsqueeze", [f"{p}_t1", f"{p}_ax"], [f"{p}_u"]),
+                      const(f"{p}_exp", [B, 1, H, S, D], np.int64),
+                      helper.make_node("Expand", [f"{p}_u", f"{p}_exp"], [f"{p}_e"]),
+                      const(f"{p}_rs", [B, H, S, D], np.int64),
+                      helper.make_node("Reshape", [f"{p}_e", f"{p}_rs"], [f"{p}_h"])]
+        nodes.append(helper.make_node("Transpose", ["k_h"], ["kT"], perm=[0, 1, 3, 2]))
+    else:
+        nodes += [helper.make_node("Transpose", ["k_4"], ["kT"], perm=[0, 2, 3, 1]),
+                  helper.make_node("Transpose", ["v_4"], ["v_h"], perm=[0, 2, 1, 3])]
     scale = D ** -0.5
     if sdpa:
         r = float(np.sqrt(np.float32(scale)))
@@ -350,6 +362,8 @@ def examples():
         # onnx_attention_inputs
         "attention_inputs_masked": (bert_attention(), "onnx_attention_inputs"),
         "attention_inputs_unmasked": (bert_attention(mask=None), "onnx_attention_inputs"),
+        "attention_inputs_gqa_masked": (bert_attention(gqa=True), "onnx_attention_inputs"),
+        "attention_inputs_gqa_unmasked": (bert_attention(mask=None, gqa=True), "onnx_attention_inputs"),
         # onnx_qkv
         "qkv_masked": (bert_attention(), "onnx_qkv"),
         "qkv_unmasked": (bert_attention(mask=None), "onnx_qkv"),

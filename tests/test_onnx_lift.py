@@ -234,9 +234,27 @@ def test_heads_not_merged_back_not_lifted(rules, tmp_path):
     check(rules, tmp_path, attention_model(out_shape=(B, S * H, D)), blocks=0, attention=0)
 
 
-def test_gqa_repeat_becomes_attention_but_not_a_block(rules, tmp_path):
-    out, _ = check(rules, tmp_path, attention_model(gqa=True), blocks=0, attention=1)
-    assert ops(out)["Expand"] == 2  # K/V repeats stay explicit
+def test_gqa_repeat_becomes_attention_with_fewer_kv_heads(rules, tmp_path):
+    out, report = check(rules, tmp_path, attention_model(gqa=True), blocks=0, attention=1)
+    assert report.fired("attention_input_gqa4") == 1
+    assert ops(out)["Expand"] == 0 and ops(out)["Unsqueeze"] == 1  # the repeats are gone (the mask's Unsqueeze stays)
+    attn = next(n for n in out.nodes if n.op == "Attention")
+    assert [out.node(i).shape[-1] for i in attn.inputs[:3]] == [HD, D, D]  # q: 2 heads; k, v: 1 head each
+
+
+def test_a_repeat_that_is_not_repeat_kv_stays_explicit(rules, tmp_path):
+    """Unsqueeze at axis 3 and Expand there repeats each position, not each head: not GQA, so the Expand stays."""
+    model = attention_model(gqa=True)
+    for node in model.graph.node:
+        if node.output[0] in ("k_ax", "v_ax"):
+            node.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array([3], dtype=np.int64), node.output[0]))
+        if node.output[0] in ("k_exp", "v_exp"):
+            node.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array([B, 1, S, H, D], dtype=np.int64),
+                                                                 node.output[0]))
+    del model.graph.value_info[:]
+    model = onnx.shape_inference.infer_shapes(model)
+    out, report = check(rules, tmp_path, model, blocks=0, attention=1)
+    assert report.fired("attention_input_gqa4") == 0 and ops(out)["Expand"] == 2
 
 
 def test_rms_norm_and_gelu_near_misses(rules, tmp_path):
