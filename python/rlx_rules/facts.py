@@ -49,13 +49,13 @@ def holds(value: Any, fact: str) -> bool:
         if a.ndim < 1 or a.shape[-1] < 2 or a.shape[-1] % 2:
             return False
         h = a.shape[-1] // 2
-        if a.size and a.reshape(-1, a.shape[-1])[0, 0] != a.reshape(-1, a.shape[-1])[0, h] and a.dtype.kind != "f":
-            return False  # a cheap first look: most weights differ already in their first row
-        if a.size and a.dtype.kind == "f":
+        nan_equal = a.dtype.kind in "fc"
+        if a.size:  # a cheap first look: most weights differ already in the first row's first pair
             first = a.reshape(-1, a.shape[-1])[0]
-            if not (first[0] == first[h] or (np.isnan(first[0]) and np.isnan(first[h]))):
+            x, y = first[0], first[h]
+            if not (x == y or (nan_equal and x != x and y != y)):  # (x != x: NaN)
                 return False
-        return bool(np.array_equal(a[..., :h], a[..., h:], equal_nan=a.dtype.kind in "fc"))
+        return bool(np.array_equal(a[..., :h], a[..., h:], equal_nan=nan_equal))
     if fact in ("causal_keep", "causal_bias"):
         if a.ndim < 2 or a.shape[-1] != a.shape[-2] or a.shape[-1] < 1:
             return False
