@@ -128,3 +128,15 @@ def test_apply_works_from_any_folder_with_the_bundled_rules(graph_file, tmp_path
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert rlx_rules.Graph.load(tmp_path / "out.json").op_counts()["FusedAttentionBlock"] == 2
+
+
+def test_bundled_rule_sets_by_name(graph_file, tmp_path, capsys):
+    """`-r @onnx` (and @default, @seed) names a rule set shipped in the package, wherever it is installed."""
+    assert set(rlx_rules.api.bundled_rule_sets()) >= {"default", "seed", "onnx"}
+    assert main(["check", "@onnx"]) == ExitCode.OK
+    assert capsys.readouterr().out.startswith("ok:")
+    out = tmp_path / "fused.json"
+    assert main(["apply", str(graph_file), "-r", "@seed", "-o", str(out), "-q"]) == ExitCode.OK
+    assert out.exists()
+    assert main(["check", "@nope"]) == ExitCode.RULE_ERROR
+    assert "no bundled rule set '@nope'; the bundled sets are @default, @seed, @onnx" in capsys.readouterr().err

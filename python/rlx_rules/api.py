@@ -31,6 +31,26 @@ def default_rules() -> Path:
     return bundled_rules_dir() / "default.rlxr"
 
 
+def bundled_rule_sets() -> dict[str, Path]:
+    """The bundled rule sets by name, as `@NAME` names them: `@default`, `@seed`, `@onnx`, ..."""
+    root = bundled_rules_dir()
+    sets = {p.stem: p for p in sorted(root.glob("*.rlxr"))}
+    sets.update({p.parent.name: p for p in sorted(root.glob("*/default.rlxr"))})
+    return sets
+
+
+def resolve_rules_path(path: PathLike) -> PathLike:
+    """`@NAME` is a bundled rule set (`@onnx`: rules/onnx/default.rlxr); anything else is a path, as given."""
+    text = os.fspath(path)
+    if not text.startswith("@"):
+        return path
+    sets = bundled_rule_sets()
+    if text[1:] not in sets:
+        known = ", ".join(f"@{name}" for name in sets)
+        raise RuleError([Diagnostic(None, f"no bundled rule set {text!r}; the bundled sets are {known}")])
+    return sets[text[1:]]
+
+
 class RuleSet:
     """Compiled rules, ready to apply. `program` is the JSON matcher program (see docs/program.md)."""
 
@@ -99,7 +119,7 @@ def compile_rules(paths: Sequence[PathLike], *, params: Optional[Mapping[str, ob
                   registry: Optional[Registry] = None) -> RuleSet:
     """Parse, check and compile rule files (and what they include). Raises RuleError listing every error."""
     registry = registry or builtin_registry()
-    files, sources = parse_files([os.fspath(p) for p in paths])
+    files, sources = parse_files([os.fspath(resolve_rules_path(p)) for p in paths])
     checked = check(files, sources, registry)
     warnings = checked.warnings + analyze(checked, registry, sources)
     program = compile_program(checked, registry, sources)

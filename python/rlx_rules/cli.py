@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("graph", help="input graph.json (never overwritten unless --in-place)")
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
-                   help="rule files (default: the bundled library, rules/default.rlxr)")
+                   help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @default)")
     p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a declared parameter")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="why rules did (not) fire: near misses with the failing check and values")
     e.add_argument("graph", help="input graph.json")
-    e.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES", help="rule files (default: bundled)")
+    e.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
+                   help="rule files, or @NAME for a bundled set (default: @default)")
     e.add_argument("--rule", help="only this rule")
     e.add_argument("--node", type=int, help="only candidates whose match involves this node id")
     e.add_argument("--all", action="store_true", help="every near miss, not just the best per rule")
