@@ -223,3 +223,21 @@ def test_a_rewrite_removes_what_it_left_unread_but_nothing_else():
     g["outputs"] = [5, 4]
     out, _ = rlx_rules.compile_text(ORPHAN_RULE).apply(g)
     assert {n.op for n in out.nodes} >= {"Where", "Constant", "Relu"}
+
+
+def test_rewrites_on_several_roots_share_identical_helpers():
+    """Two roots reading the same x each ask for Abs(x): the second rewrite reuses the first one's node."""
+    text = "rule r { match { y = Neg(x) } rewrite { a = Abs(x) shape shape(x)  y => Relu(a) } }"
+    g = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Input", "name": "x", "shape": [2]},
+        {"id": 1, "op": "Neg", "inputs": [0], "shape": [2]},
+        {"id": 2, "op": "Neg", "inputs": [0], "shape": [2]},
+        {"id": 3, "op": "Input", "name": "z", "shape": [2]},
+        {"id": 4, "op": "Neg", "inputs": [3], "shape": [2]}],
+        "outputs": [1, 2, 4]}
+    out, report = rlx_rules.compile_text(text).apply(g)
+    assert report.fired("r") == 3
+    abs_nodes = [n for n in out.nodes if n.op == "Abs"]
+    assert sorted(n.inputs for n in abs_nodes) == [(0,), (3,)]  # one for x, shared by both roots; one for z
+    relus = {n.id: n for n in out.nodes if n.op == "Relu"}
+    assert relus[1].inputs == relus[2].inputs != relus[4].inputs

@@ -84,6 +84,12 @@ pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>],
                 Source::Planned(j) => made[j],
             })
             .collect();
+        if p.replaces.is_none() {
+            if let Some(existing) = identical_node(graph, &p.node, &inputs, &removed) {
+                made.push(existing);
+                continue;
+            }
+        }
         let mut node = p.node;
         node.id = match p.replaces {
             Some(k) => graph.nodes[roots[k]].id,
@@ -108,6 +114,38 @@ pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>],
     }
     remove_orphans(graph, &mut orphans);
     Ok(replacing)
+}
+
+/// Ops whose every evaluation differs: a helper node of these is never shared.
+const NONDETERMINISTIC: [&str; 7] =
+    ["RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"];
+
+/// At most this many consumers are looked through for a node to share (so a hub, such as a scalar
+/// constant read all over the graph, costs nothing per rewrite).
+const SHARE_SCAN_MAX: usize = 256;
+
+/// A live node that computes what the helper `node` (not yet added) with arena `inputs` would: same op,
+/// inputs, attributes, shape and dtype. Rewrites that fire on several roots then share their helpers (one
+/// Reshape of a rotary table, not one per layer). Such a node reads every input, so only the consumers of
+/// the input with the fewest are looked at.
+fn identical_node(graph: &WorkGraph, node: &Node, inputs: &[usize], removed: &[usize]) -> Option<usize> {
+    if NONDETERMINISTIC.contains(&node.op.as_str()) {
+        return None;
+    }
+    let fewest = inputs.iter().map(|&i| &graph.consumers[i]).min_by_key(|c| c.len())?;
+    if fewest.len() > SHARE_SCAN_MAX {
+        return None;
+    }
+    fewest.iter().copied().find(|&c| {
+        let n = &graph.nodes[c];
+        graph.alive[c]
+            && !removed.contains(&c)
+            && graph.inputs[c] == inputs
+            && n.op == node.op
+            && n.attrs == node.attrs
+            && n.shape == node.shape
+            && n.dtype == node.dtype
+    })
 }
 
 /// Removes the nodes of `orphans` that nothing reads any more (no consumer, not a graph output, not an
