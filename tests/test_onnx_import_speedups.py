@@ -85,9 +85,9 @@ def test_npz_replaces_the_old_file_and_reports_os_errors(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
-def test_npz_replaces_what_is_not_a_regular_file_without_opening_it_for_long(tmp_path):
+def test_npz_replaces_what_is_not_a_regular_file(tmp_path):
     fifo = tmp_path / "fifo.npz"
-    os.mkfifo(fifo)  # opened without blocking, and not held
+    os.mkfifo(fifo)  # replaced by the rename, never opened
     save_weights(str(fifo), {"a": np.ones(3, dtype=np.float32)})
     link = tmp_path / "link.npz"
     link.symlink_to(tmp_path / "target.npz")
@@ -110,8 +110,9 @@ _NUMERIC = ["f4", "f8", "f2", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "c
 
 
 def _weights_model(onnx, big=20000):
-    """A model whose outputs are its initializers: every plain dtype large (detached) and small (kept), a large
-    bfloat16 (not a plain type: read by numpy_helper), typed-field tensors and a string tensor."""
+    """A model whose outputs are its initializers: every plain dtype large and small (raw_data, read with
+    np.frombuffer), a large bfloat16 (not a plain type: read by numpy_helper), typed-field tensors and a string
+    tensor."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
