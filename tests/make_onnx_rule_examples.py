@@ -19,13 +19,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import rlx_rules
 from rlx_rules.api import RuleSet
 from rlx_rules.onnx_import import convert
 from rlx_rules.verify import single_rule_program
+
+import onnx_models  # tests/: the ONNX model builders shared with the ONNX tests
+from onnx_models import Weights, const, model
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "python" / "rlx_rules" / "rules" / "onnx" / "default.rlxr"
@@ -38,37 +40,7 @@ OUT = RULES.parent / "examples"
 # would report on every example.
 B, S, H, D = 1, 6, 2, 16
 HD = H * D
-FMIN = -3.4028235e38  # float32's lowest: the fill exporters use for masked scores
-
-
-# ---- ONNX building blocks -----------------------------------------------------------------------------------
-def const(name, value, dtype=np.float32):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
-
-
-def model(nodes, inputs, outputs=("y",), inits=(), name="g"):
-    """An opset-17 model with shapes inferred; `inputs` are (name, shape) or (name, shape, elem_type)."""
-    ins = [helper.make_tensor_value_info(i[0], i[2] if len(i) > 2 else TensorProto.FLOAT, list(i[1])) for i in inputs]
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-    m = helper.make_model(helper.make_graph(nodes, name, ins, outs, list(inits)),
-                          opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return onnx.shape_inference.infer_shapes(m)
-
-
-class Weights:
-    """Random initializers (no value facts hold on them by chance)."""
-
-    def __init__(self, seed=0):
-        self.rng = np.random.default_rng(seed)
-        self.inits = []
-
-    def __call__(self, name, shape):
-        return self.init(name, (0.2 * self.rng.standard_normal(shape)).astype(np.float32))
-
-    def init(self, name, value):
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
+DIMS = onnx_models.Dims(B, S, H, D)
 
 
 # ---- canonical forms: Gemm, no-op Casts --------------------------------------------------------------------------
@@ -169,153 +141,13 @@ def rsqrt(graph: dict) -> dict:
     return graph
 
 
-# ---- a BERT-style attention block ------------------------------------------------------------------------------------
-def bert_attention(*, mask="where", fill=FMIN, sdpa=False, div=False, flat_out=False, gqa=False, seed=0):
-    """Q/K/V projections with bias, per-head Reshape/Transpose (Kᵀ by one Transpose {0, 2, 3, 1}), scaled scores,
-    an optional Where(keep, 0, fill) padding mask, softmax, output projection. `sdpa` scales Q and Kᵀ separately
-    and guards the softmax with IsNaN/Where; `div` divides by sqrt(D); `flat_out` merges the heads straight to
-    [B·S, H·D]. `gqa` gives K and V one head, repeated H times as HF's repeat_kv does (Unsqueeze, Expand,
-    Reshape)."""
-    w = Weights(seed)
-    nodes = []
-    for p in "qkv":
-        heads = 1 if gqa and p != "q" else H
-        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, heads * D))], [f"{p}_mm"]),
-                  helper.make_node("Add", [f"{p}_mm", w(f"b{p}", (heads * D,))], [f"{p}_lin"]),
-                  const(f"{p}_shape", [B, S, heads, D], np.int64),
-                  helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"])]
-    nodes.append(helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3]))
-    if gqa:
-        for p in "kv":
-            nodes += [helper.make_node("Transpose", [f"{p}_4"], [f"{p}_t1"], perm=[0, 2, 1, 3]),
-                      const(f"{p}_ax", [2], np.int64), helper.make_node("Unsqueeze", [f"{p}_t1", f"{p}_ax"], [f"{p}_u"]),
-                      const(f"{p}_exp", [B, 1, H, S, D], np.int64),
-                      helper.make_node("Expand", [f"{p}_u", f"{p}_exp"], [f"{p}_e"]),
-                      const(f"{p}_rs", [B, H, S, D], np.int64),
-                      helper.make_node("Reshape", [f"{p}_e", f"{p}_rs"], [f"{p}_h"])]
-        nodes.append(helper.make_node("Transpose", ["k_h"], ["kT"], perm=[0, 1, 3, 2]))
-    else:
-        nodes += [helper.make_node("Transpose", ["k_4"], ["kT"], perm=[0, 2, 3, 1]),
-                  helper.make_node("Transpose", ["v_4"], ["v_h"], perm=[0, 2, 1, 3])]
-    scale = D ** -0.5
-    if sdpa:
-        r = float(np.sqrt(np.float32(scale)))
-        nodes += [const("c1", r), const("c2", r), helper.make_node("Mul", ["q_h", "c1"], ["q_s"]),
-                  helper.make_node("Mul", ["kT", "c2"], ["k_s"]), helper.make_node("MatMul", ["q_s", "k_s"], ["scaled"])]
-    else:
-        nodes.append(helper.make_node("MatMul", ["q_h", "kT"], ["scores"]))
-        if div:
-            nodes += [const("c", 1.0 / scale), helper.make_node("Div", ["scores", "c"], ["scaled"])]
-        else:
-            nodes += [const("c", scale), helper.make_node("Mul", ["scores", "c"], ["scaled"])]
-    inputs = [("x", (B, S, HD))]
-    sm_in = "scaled"
-    if mask == "where":
-        inputs.append(("attention_mask", (B, S), TensorProto.INT64))
-        nodes += [helper.make_node("Cast", ["attention_mask"], ["am_b"], to=TensorProto.BOOL),
-                  const("am_axes", [1, 2], np.int64),
-                  helper.make_node("Unsqueeze", ["am_b", "am_axes"], ["keep"]),
-                  const("zero", 0.0), const("fill", fill),
-                  helper.make_node("Where", ["keep", "zero", "fill"], ["add_mask"]),
-                  helper.make_node("Add", ["scaled", "add_mask"], ["masked"])]
-        sm_in = "masked"
-    elif mask == "bias":  # an additive float mask given as an input
-        inputs.append(("attention_bias", (B, 1, 1, S)))
-        nodes += [helper.make_node("Add", ["scaled", "attention_bias"], ["masked"])]
-        sm_in = "masked"
-    nodes.append(helper.make_node("Softmax", [sm_in], ["probs"], axis=-1))
-    probs = "probs"
-    if sdpa:
-        nodes += [helper.make_node("IsNaN", ["probs"], ["nan"]), const("gz", 0.0),
-                  helper.make_node("Where", ["nan", "gz", "probs"], ["probs2"])]
-        probs = "probs2"
-    out_shape = [B * S, HD] if flat_out else [B, S, HD]
-    nodes += [helper.make_node("MatMul", [probs, "v_h"], ["ctx"]),
-              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
-              const("out_shape", out_shape, np.int64),
-              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_3"]),
-              helper.make_node("MatMul", ["ctx_3", w("Wo", (HD, HD))], ["o_mm"]),
-              helper.make_node("Add", ["o_mm", w("bo", (HD,))], ["y"])]
-    return model(nodes, inputs, inits=w.inits, name="bert_attention")
+# ---- attention blocks (tests/onnx_models.py), at this script's sizes ----------------------------------------------
+def bert_attention(**options):
+    return onnx_models.bert_attention(DIMS, **options)
 
 
-# ---- a LLaMA-style attention block: rotary embeddings, causal mask ----------------------------------------------------
-def rotary_tables(kind: str):
-    inv = 1.0 / (10000 ** (np.arange(0, D, 2) / D))
-    freqs = np.outer(np.arange(S), inv)                                   # [S, D/2]
-    second = freqs if kind == "halves" else 1.5 * freqs                   # "uneven": not RLX's Rope
-    emb = np.concatenate([freqs, second], axis=-1)[None, None]            # [1, 1, S, D]
-    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
-
-
-def llama_attention(*, rope="halves", rope_on=("q",), mask="causal_where", fill=FMIN, nan_guard=False, seed=0):
-    """Q/K/V projections without bias, HF's rotate-half rotary embedding on the heads named in `rope_on`
-    (q only by default, so that the rotary rule fires once), a causal mask, softmax, output projection.
-    mask: "causal_where" (Where(tril, 0, fill) of constants: the importer folds it into one mask carrying the
-    causal_bias fact), "causal_bias" (that mask as an initializer), "causal_and_padding" (tril AND a padding
-    mask: not purely causal), or None."""
-    w = Weights(seed)
-    nodes = []
-
-    def rotary(t: str) -> str:
-        nodes.extend([
-            helper.make_node("Mul", [t, "cos"], [f"{t}_c"]),
-            const(f"{t}_h", [D // 2], np.int64), const(f"{t}_e", [D], np.int64), const(f"{t}_z", [0], np.int64),
-            const(f"{t}_ax", [3], np.int64),
-            helper.make_node("Slice", [t, f"{t}_z", f"{t}_h", f"{t}_ax"], [f"{t}_x1"]),
-            helper.make_node("Slice", [t, f"{t}_h", f"{t}_e", f"{t}_ax"], [f"{t}_x2"]),
-            helper.make_node("Neg", [f"{t}_x2"], [f"{t}_n"]),
-            helper.make_node("Concat", [f"{t}_n", f"{t}_x1"], [f"{t}_rot"], axis=-1),
-            helper.make_node("Mul", [f"{t}_rot", "sin"], [f"{t}_s"]),
-            helper.make_node("Add", [f"{t}_c", f"{t}_s"], [f"{t}_r"])])
-        return f"{t}_r"
-
-    if rope:
-        cos, sin = rotary_tables(rope)
-        w.init("cos", cos)
-        w.init("sin", sin)
-    heads = {}
-    for p in "qkv":
-        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, HD))], [f"{p}_lin"]),
-                  const(f"{p}_shape", [B, S, H, D], np.int64),
-                  helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"]),
-                  helper.make_node("Transpose", [f"{p}_4"], [f"{p}_h"], perm=[0, 2, 1, 3])]
-        heads[p] = rotary(f"{p}_h") if rope and p in rope_on else f"{p}_h"
-    nodes += [helper.make_node("Transpose", [heads["k"]], ["kT"], perm=[0, 1, 3, 2]),
-              helper.make_node("MatMul", [heads["q"], "kT"], ["scores"]),
-              const("c", D ** -0.5), helper.make_node("Mul", ["scores", "c"], ["scaled"])]
-    inputs = [("x", (B, S, HD))]
-    tril = np.tril(np.ones((1, 1, S, S), dtype=bool))
-    sm_in = "masked"
-    if mask == "causal_where":
-        w.init("tril", tril)
-        nodes += [const("zero", 0.0), const("fill", fill), helper.make_node("Where", ["tril", "zero", "fill"], ["am"])]
-    elif mask == "causal_bias":
-        w.init("am", np.where(tril, 0.0, fill).astype(np.float32))
-    elif mask == "causal_and_padding":
-        w.init("tril", tril)
-        inputs.append(("attention_mask", (B, S), TensorProto.INT64))
-        nodes += [helper.make_node("Cast", ["attention_mask"], ["am_b"], to=TensorProto.BOOL),
-                  const("am_axes", [1, 2], np.int64),
-                  helper.make_node("Unsqueeze", ["am_b", "am_axes"], ["pad"]),
-                  helper.make_node("And", ["tril", "pad"], ["keep"]),
-                  const("zero", 0.0), const("fill", fill), helper.make_node("Where", ["keep", "zero", "fill"], ["am"])]
-    else:
-        sm_in = "scaled"
-    if sm_in == "masked":
-        nodes.append(helper.make_node("Add", ["scaled", "am"], ["masked"]))
-    nodes.append(helper.make_node("Softmax", [sm_in], ["probs"], axis=-1))
-    probs = "probs"
-    if nan_guard:
-        nodes += [helper.make_node("IsNaN", ["probs"], ["nan"]), const("gz", 0.0),
-                  helper.make_node("Where", ["nan", "gz", "probs"], ["probs2"])]
-        probs = "probs2"
-    nodes += [helper.make_node("MatMul", [probs, heads["v"]], ["ctx"]),
-              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
-              const("out_shape", [B, S, HD], np.int64),
-              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_3"]),
-              helper.make_node("MatMul", ["ctx_3", w("Wo", (HD, HD))], ["y"])]
-    return model(nodes, inputs, inits=w.inits, name="llama_attention")
+def llama_attention(**options):
+    return onnx_models.llama_attention(DIMS, **options)
 
 
 # ---- the examples -------------------------------------------------------------------------------------------------
@@ -336,7 +168,7 @@ def examples():
         "cast_matmul_a": (cast_model("matmul_a"), "onnx_canon"),
         "cast_matmul_b": (cast_model("matmul_b"), "onnx_canon"),
         "cast_mul": (cast_model("mul"), "onnx_canon"),
-        "attention_div_flat": (bert_attention(mask=None, div=True, flat_out=True), "onnx_canon"),
+        "attention_div_flat": (bert_attention(mask=None, div=True, out_shape=(B * S, HD)), "onnx_canon"),
         "attention_sdpa_scale": (bert_attention(mask=None, sdpa=True), "onnx_canon"),
         # onnx_activations
         **{form: (gelu_model(form), "onnx_activations") for form in GELU_FORMS},

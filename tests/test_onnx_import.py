@@ -200,7 +200,6 @@ def test_corpus_imports(tmp_path, path):
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.name)
 def test_corpus_matches_onnxruntime(tmp_path, path):
     ort = pytest.importorskip("onnxruntime")
-    import rlx_rules.onnx_ops  # noqa: F401 - registers the ONNX-only ops with the interpreter
     from rlx_rules.interpret import run
 
     inputs = dict(np.load(CORPUS / (path.name.split(".")[0] + ".inputs.npz")))

@@ -12,9 +12,10 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import rlx_rules  # noqa: E402
-import rlx_rules.onnx_ops  # noqa: E402,F401 - interpreter semantics of ONNX-only ops
 from rlx_rules.interpret import load_weights  # noqa: E402
 from rlx_rules.onnx_import import import_onnx  # noqa: E402
+
+from onnx_models import Dims, bert_attention, const  # noqa: E402 - tests/: the shared ONNX model builders
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -83,82 +84,13 @@ B, S, H, D = 1, 8, 2, 16
 HD = H * D
 
 
-def const(name, value, dtype=np.float32):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+DIMS = Dims(B, S, H, D)
 
 
-def attention_model(*, scale=D ** -0.5, out_perm=(0, 2, 1, 3), out_shape=(B, S, HD), mask="where", fill=-3.4028235e38,
-                    sdpa=False, div=False, gqa=False, seed=0):
-    """A BERT-style attention block: Q/K/V projections with bias, per-head Reshape/Transpose, scores, mask, softmax,
-    output projection. `sdpa` scales Q and Kᵀ separately and guards the softmax with IsNaN/Where."""
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def w(name, shape):
-        inits.append(numpy_helper.from_array((0.2 * rng.standard_normal(shape)).astype(np.float32), name))
-        return name
-
-    kv_heads = 1 if gqa else H
-    for p, heads in (("q", H), ("k", kv_heads), ("v", kv_heads)):
-        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, heads * D))], [f"{p}_mm"]),
-                  helper.make_node("Add", [f"{p}_mm", w(f"b{p}", (heads * D,))], [f"{p}_lin"]),
-                  const(f"{p}_shape", [B, S, heads, D], np.int64),
-                  helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"])]
-    if gqa:  # repeat the single K/V head H times: Unsqueeze, Expand, Reshape (HF's repeat_kv)
-        for p in ("k", "v"):
-            nodes += [helper.make_node("Transpose", [f"{p}_4"], [f"{p}_t1"], perm=[0, 2, 1, 3]),
-                      const(f"{p}_ax", [2], np.int64),
-                      helper.make_node("Unsqueeze", [f"{p}_t1", f"{p}_ax"], [f"{p}_u"]),
-                      const(f"{p}_exp", [B, 1, H, S, D], np.int64),
-                      helper.make_node("Expand", [f"{p}_u", f"{p}_exp"], [f"{p}_e"]),
-                      const(f"{p}_rs", [B, H, S, D], np.int64),
-                      helper.make_node("Reshape", [f"{p}_e", f"{p}_rs"], [f"{p}_h"])]
-        nodes += [helper.make_node("Transpose", ["k_h"], ["kT"], perm=[0, 1, 3, 2]),
-                  helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3])]
-    else:
-        nodes += [helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3]),
-                  helper.make_node("Transpose", ["k_4"], ["kT"], perm=[0, 2, 3, 1]),
-                  helper.make_node("Transpose", ["v_4"], ["v_h"], perm=[0, 2, 1, 3])]
-    if sdpa:
-        r = float(np.sqrt(np.float32(scale)))
-        nodes += [const("c1", r), const("c2", r), helper.make_node("Mul", ["q_h", "c1"], ["q_s"]),
-                  helper.make_node("Mul", ["kT", "c2"], ["k_s"]), helper.make_node("MatMul", ["q_s", "k_s"], ["scaled"])]
-    else:
-        nodes += [helper.make_node("MatMul", ["q_h", "kT"], ["scores"])]
-        if div:
-            nodes += [const("c", 1.0 / scale), helper.make_node("Div", ["scores", "c"], ["scaled"])]
-        else:
-            nodes += [const("c", scale), helper.make_node("Mul", ["scores", "c"], ["scaled"])]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, HD])]
-    if mask == "where":
-        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [B, S]))
-        nodes += [helper.make_node("Cast", ["attention_mask"], ["am_b"], to=TensorProto.BOOL),
-                  const("am_axes", [1, 2], np.int64),
-                  helper.make_node("Unsqueeze", ["am_b", "am_axes"], ["keep"]),
-                  const("zero", 0.0), const("fill", fill),
-                  helper.make_node("Where", ["keep", "zero", "fill"], ["add_mask"]),
-                  helper.make_node("Add", ["scaled", "add_mask"], ["masked"])]
-        sm_in = "masked"
-    else:
-        sm_in = "scaled"
-    nodes.append(helper.make_node("Softmax", [sm_in], ["probs"], axis=-1))
-    if sdpa:
-        nodes += [helper.make_node("IsNaN", ["probs"], ["nan"]), const("gz", 0.0),
-                  helper.make_node("Where", ["nan", "gz", "probs"], ["probs2"])]
-        probs = "probs2"
-    else:
-        probs = "probs"
-    nodes += [helper.make_node("MatMul", [probs, "v_h"], ["ctx"]),
-              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=list(out_perm)),
-              const("out_shape", list(out_shape), np.int64),
-              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_3"]),
-              helper.make_node("MatMul", ["ctx_3", w("Wo", (out_shape[-1], HD))], ["o_mm"]),
-              helper.make_node("Add", ["o_mm", w("bo", (HD,))], ["y"])]
-    graph = helper.make_graph(nodes, "attn", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return onnx.shape_inference.infer_shapes(model)
+def attention_model(**options):
+    """A BERT-style attention block (tests/onnx_models.py) at this file's sizes; Q/K/V projections with bias,
+    per-head Reshape/Transpose, scores, mask, softmax, output projection."""
+    return bert_attention(DIMS, **options)
 
 
 def feed_for(model, pad=2, seed=1):

@@ -15,16 +15,17 @@ from rlx_rules.errors import GraphError, RuleError
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import rlx_rules.onnx_ops  # noqa: E402,F401 - interpreter semantics of ONNX-only ops
 from rlx_rules.interpret import load_weights  # noqa: E402
 from rlx_rules.onnx_import import convert, import_onnx  # noqa: E402
+
+from onnx_models import Dims, llama_attention  # noqa: E402 - tests/: the shared ONNX model builders
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "python" / "rlx_rules" / "rules" / "onnx" / "default.rlxr"
 B, S, H, D = 2, 6, 2, 8
 HD = H * D
+DIMS = Dims(B, S, H, D)
 
 
 @pytest.fixture(scope="module")
@@ -117,99 +118,10 @@ def test_has_fact_reads_the_node_facts():
         assert report.fired("r") == fired
 
 
-# ---- a LLaMA-style attention block, built with the onnx helper ---------------------------------------------------
-def const(name, value, dtype=np.float32):
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
-
-
-def rotary_tables(kind: str):
-    inv = 1.0 / (10000 ** (np.arange(0, D, 2) / D))
-    freqs = np.outer(np.arange(S), inv)                               # [S, D/2]
-    if kind == "halves":
-        emb = np.concatenate([freqs, freqs], axis=-1)                  # HF's cat(freqs, freqs)
-    else:  # "uneven": the second half uses other frequencies, so the rotate-half chain is not RLX's Rope
-        emb = np.concatenate([freqs, 1.5 * freqs], axis=-1)
-    shape = (B, 1, S, D) if kind == "per_batch" else (1, 1, S, D)
-    if kind == "per_batch":
-        emb = np.concatenate([freqs, freqs], axis=-1)
-    return (np.broadcast_to(np.cos(emb), shape).astype(np.float32), np.broadcast_to(np.sin(emb), shape).astype(np.float32))
-
-
-def block_model(*, rope="halves", mask="causal_where", fill=-3.4028235e38, nan_guard=False, rotate="hf", seed=0):
-    rng = np.random.default_rng(seed)
-    inits, nodes = [], []
-
-    def init(name, value):
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
-
-    def w(name, shape):
-        return init(name, (0.3 * rng.standard_normal(shape)).astype(np.float32))
-
-    def rotary(t: str) -> str:
-        nodes.extend([
-            helper.make_node("Mul", [t, "cos"], [f"{t}_c"]),
-            const(f"{t}_h", [D // 2], np.int64), const(f"{t}_e", [D], np.int64), const(f"{t}_z", [0], np.int64),
-            const(f"{t}_ax", [3], np.int64),
-            helper.make_node("Slice", [t, f"{t}_z", f"{t}_h", f"{t}_ax"], [f"{t}_x1"]),
-            helper.make_node("Slice", [t, f"{t}_h", f"{t}_e", f"{t}_ax"], [f"{t}_x2"]),
-            helper.make_node("Neg", [f"{t}_x2"], [f"{t}_n"]),
-            helper.make_node("Concat", [f"{t}_n", f"{t}_x1"] if rotate == "hf" else [f"{t}_x1", f"{t}_n"],
-                             [f"{t}_rot"], axis=-1),
-            helper.make_node("Mul", [f"{t}_rot", "sin"], [f"{t}_s"]),
-            helper.make_node("Add", [f"{t}_c", f"{t}_s"], [f"{t}_r"])])
-        return f"{t}_r"
-
-    if rope:
-        cos, sin = rotary_tables(rope)
-        init("cos", cos)
-        init("sin", sin)
-    heads = {}
-    for p in ("q", "k", "v"):
-        nodes += [helper.make_node("MatMul", ["x", w(f"W{p}", (HD, HD))], [f"{p}_lin"]),
-                  const(f"{p}_shape", [B, S, H, D], np.int64),
-                  helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"]),
-                  helper.make_node("Transpose", [f"{p}_4"], [f"{p}_h"], perm=[0, 2, 1, 3])]
-        heads[p] = rotary(f"{p}_h") if rope and p != "v" else f"{p}_h"
-    nodes += [helper.make_node("Transpose", [heads["k"]], ["kT"], perm=[0, 1, 3, 2]),
-              helper.make_node("MatMul", [heads["q"], "kT"], ["scores"]),
-              const("c", D ** -0.5), helper.make_node("Mul", ["scores", "c"], ["scaled"])]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, HD])]
-    tril = np.tril(np.ones((1, 1, S, S), dtype=bool))
-    sm_in = "masked"
-    if mask in ("causal_where", "shifted"):
-        init("tril", tril if mask == "causal_where" else np.tril(np.ones((1, 1, S, S), dtype=bool), 1))
-        nodes += [const("zero", 0.0), const("fill", fill), helper.make_node("Where", ["tril", "zero", "fill"], ["am"])]
-    elif mask == "causal_bias":
-        init("am", np.where(tril, 0.0, fill).astype(np.float32))
-    elif mask == "causal_and_padding":
-        init("tril", tril)
-        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [B, S]))
-        nodes += [helper.make_node("Cast", ["attention_mask"], ["am_b"], to=TensorProto.BOOL),
-                  const("am_axes", [1, 2], np.int64),
-                  helper.make_node("Unsqueeze", ["am_b", "am_axes"], ["pad"]),
-                  helper.make_node("And", ["tril", "pad"], ["keep"]),
-                  const("zero", 0.0), const("fill", fill), helper.make_node("Where", ["keep", "zero", "fill"], ["am"])]
-    else:
-        sm_in = "scaled"
-    if sm_in == "masked":
-        nodes.append(helper.make_node("Add", ["scaled", "am"], ["masked"]))
-    nodes.append(helper.make_node("Softmax", [sm_in], ["probs"], axis=-1))
-    probs = "probs"
-    if nan_guard:
-        nodes += [helper.make_node("IsNaN", ["probs"], ["nan"]), const("gz", 0.0),
-                  helper.make_node("Where", ["nan", "gz", "probs"], ["probs2"])]
-        probs = "probs2"
-    nodes += [helper.make_node("MatMul", [probs, heads["v"]], ["ctx"]),
-              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
-              const("out_shape", [B, S, HD], np.int64),
-              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_3"]),
-              helper.make_node("MatMul", ["ctx_3", w("Wo", (HD, HD))], ["y"])]
-    graph = helper.make_graph(nodes, "llama_block", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return onnx.shape_inference.infer_shapes(model)
+# ---- a LLaMA-style attention block (tests/onnx_models.py) -------------------------------------------------------
+def block_model(**options):
+    """Bias-free Q/K/V projections, rotary embeddings on q and k, a causal mask by default, at this file's sizes."""
+    return llama_attention(DIMS, rope_on=("q", "k"), weight_scale=0.3, **options)
 
 
 def lift_and_compare(rules, model, tmp_path):

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import rlx_rules
-import rlx_rules.onnx_ops  # noqa: F401 - the interpreter's semantics of the ONNX-only ops in the examples (Gemm, Erf, ..)
 from rlx_rules.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
