@@ -157,11 +157,13 @@ class _Converter:
         self.unknown_dims = 0
         self.opset = 0
         self.used: set[str] = set()
-        self.in_order: Optional[list] = None     # the nodes, when ONNX's order is already topological
+        self.in_order: list = []                 # the nodes in topological order
         self.from_registry = None
 
     # ---- set-up ---------------------------------------------------------------------------------------------
     def check_opsets(self) -> None:
+        """Refuse unsupported opsets, domains and subgraphs; in the same pass over the nodes, collect the tensors
+        they use (`used`) and put them in topological order (`in_order`)."""
         domains = {}
         for imp in self.model.opset_import:
             domains[imp.domain] = imp.version
@@ -172,7 +174,7 @@ class _Converter:
         if self.opset > latest or self.opset < MIN_OPSET:
             raise OnnxImportError(f"unsupported ai.onnx opset {self.opset} (this importer, with onnx "
                                   f"{onnx.__version__}, reads opsets {MIN_OPSET} to {latest})")
-        # the same pass over the nodes collects the tensors they use and whether ONNX's order is topological
+        # the same pass over the nodes collects the tensors they use and finds whether ONNX's order is topological
         subgraph = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
         used = self.used
         known = {i.name for i in self.graph.input} | {t.name for t in self.graph.initializer} | {""}
@@ -187,16 +189,15 @@ class _Converter:
                     raise OnnxImportError(
                         f"node {node.name or node.op_type!r} ({node.op_type}) has a subgraph (attribute "
                         f"{a.name!r}); control flow (If, Loop, Scan) is not supported")
-            inputs = node.input
-            used.update(inputs)
+            used.update(node.input)
             if ordered:
-                if known.issuperset(inputs):
+                if known.issuperset(node.input):
                     known.update(node.output)
                 else:
                     ordered = False
         used.discard("")
         used.update(o.name for o in self.graph.output)
-        self.in_order = nodes if ordered else None  # else _toposorted sorts them
+        self.in_order = nodes if ordered else _toposorted(self.graph)
 
     def collect_value_info(self) -> None:
         vi = self.vi
@@ -310,7 +311,7 @@ class _Converter:
             shape, dtype = self.vi[inp.name]
             self.emit("Input", [], name=inp.name, shape=shape, dtype=dtype)
             self.tensors[inp.name] = len(self.nodes) - 1
-        for node in self.in_order if self.in_order is not None else _toposorted(self.graph):
+        for node in self.in_order:
             self.convert(node)
         outputs = [self.value(o.name) for o in self.graph.output]
         nodes, outputs = _prune(self.nodes, outputs)
@@ -369,9 +370,8 @@ class _Converter:
                 return False
             args = [np.array(shape, dtype=np.int64)]
         else:
-            consts, inputs = self.consts, node.input
-            args = [consts.get(i) if i else None for i in inputs]  # self.const(i)
-            if not inputs or any(a is None for a, i in zip(args, inputs) if i):
+            args = [self.const(i) if i else None for i in node.input]
+            if not node.input or any(a is None for a, i in zip(args, node.input) if i):
                 return False
             if sum(a.size for a in args if a is not None) > FOLD_MAX * 64:
                 return False
@@ -448,10 +448,8 @@ class _Converter:
         return base if k == 0 else f"{base}#{k}"
 
     def simple(self, node, op: str, attrs: Optional[dict] = None, inputs: Optional[list[str]] = None) -> int:
-        value = self.value
-        ins = [value(i) for i in (node.input if inputs is None else inputs) if i]
-        out = node.output[0]
-        return self.emit(op, ins, attrs, out=out, name=node.name or out, onnx_node=node)  # name: self.label(node)
+        ins = [self.value(i) for i in (node.input if inputs is None else inputs) if i]
+        return self.emit(op, ins, attrs, out=node.output[0], name=self.label(node), onnx_node=node)
 
     def alias(self, node, src: str) -> None:
         out = node.output[0]
@@ -1015,8 +1013,7 @@ def _refine_shapes(nodes: list[dict]) -> None:
     by_id = {n["id"]: n for n in nodes}
     for n in nodes:  # ids are in topological order
         shape = n.get("shape")
-        if not shape or str not in map(type, shape) or not any(isinstance(d, str) and d.startswith("unk")
-                                                               for d in shape):
+        if not shape or not any(isinstance(d, str) and d.startswith("unk") for d in shape):
             continue
         got = _computed_shape(n, [_static_shape(by_id.get(i)) for i in n.get("inputs", ())])
         if got is None or len(got) != len(shape):
@@ -1029,16 +1026,8 @@ def _refine_shapes(nodes: list[dict]) -> None:
 
 
 def _toposorted(graph) -> list:
-    """The graph's nodes in an order where every tensor is produced before it is used (ONNX's own order when
-    it already is one)."""
-    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    nodes = list(graph.node)
-    for n in nodes:
-        if not known.issuperset(n.input):
-            break
-        known.update(n.output)
-    else:
-        return nodes
+    """The graph's nodes in an order where every tensor is produced before it is used, for a graph whose own
+    order is not one (_Converter.check_opsets finds out); raises OnnxImportError on a cycle."""
     producers = {o: k for k, n in enumerate(graph.node) for o in n.output}
     order, state = [], {}
 
