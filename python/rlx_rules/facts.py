@@ -107,23 +107,12 @@ def check(node_label: str, value: Any, facts) -> None:
 
 # ---- annotation of a graph (as a dict) ----------------------------------------------------------------------------
 
-def _scalar(node: dict) -> Optional[float]:
-    """The value of a one-element Constant node, else None."""
-    if node.get("op") != "Constant" or "value" not in node.get("attrs", {}):
-        return None
-    v = node["attrs"]["value"]
-    while isinstance(v, list) and len(v) == 1:
-        v = v[0]
-    if isinstance(v, str):
-        v = {"inf": np.inf, "-inf": -np.inf, "nan": np.nan}.get(v.lower())
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def _constant_value(node: dict) -> Optional[np.ndarray]:
+    """The value of a Constant node with an inline value, shaped as the node says; else None."""
     if node.get("op") != "Constant" or "value" not in node.get("attrs", {}):
         return None
     v = node["attrs"]["value"]
-    try:
+    try:  # numpy reads the strings "inf", "-inf" and "nan" that non-finite values are written as
         arr = np.array(v, dtype=float) if not (node.get("dtype") == "bool") else np.array(v, dtype=bool)
     except (TypeError, ValueError):
         return None
@@ -131,6 +120,14 @@ def _constant_value(node: dict) -> Optional[np.ndarray]:
     if shape is not None and all(isinstance(d, int) for d in shape) and arr.size == int(np.prod(shape)):
         arr = arr.reshape(shape)
     return arr
+
+
+def _scalar(node: dict) -> Optional[float]:
+    """The value of a one-element numeric Constant node, else None."""
+    arr = _constant_value(node)
+    if arr is None or arr.size != 1 or arr.dtype == bool or np.asarray(node["attrs"]["value"]).dtype == bool:
+        return None
+    return float(arr.reshape(-1)[0])
 
 
 def _carried(node: dict, ins: list[dict]) -> list[str]:
