@@ -147,10 +147,7 @@ def _carried(node: dict, ins: list[dict]) -> list[str]:
         s = i.get("shape")
         return s is not None and len(s) >= 2 and len(shape) >= 2 and list(s[-2:]) == list(shape[-2:])
 
-    if op in _UNARY or op == "Cast":
-        if "halves_equal" in in_facts[0] and keeps_last_axis(ins[0]):
-            out.append("halves_equal")
-    elif op in _BINARY:
+    if op in _BINARY:
         def ok(i: dict, f: set) -> bool:
             s = i.get("shape")
             if s is None:
@@ -158,8 +155,8 @@ def _carried(node: dict, ins: list[dict]) -> list[str]:
             return ("halves_equal" in f and keeps_last_axis(i)) or len(s) == 0 or s[-1] == 1
         if any("halves_equal" in f for f in in_facts) and all(ok(i, f) for i, f in zip(ins, in_facts)):
             out.append("halves_equal")
-    elif op in _RESHAPES or (op == "Transpose" and _keeps_last(node, 1)):
-        if "halves_equal" in in_facts[0] and keeps_last_axis(ins[0]):
+    elif op in _UNARY or op == "Cast" or op in _RESHAPES or (op == "Transpose" and _keeps_last(node, 1)):
+        if "halves_equal" in in_facts[0] and keeps_last_axis(ins[0]):  # each row of the last axis kept
             out.append("halves_equal")
     if op in _RESHAPES or (op == "Transpose" and _keeps_last(node, 2)):
         for f in ("causal_keep", "causal_bias"):
