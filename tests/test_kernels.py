@@ -59,7 +59,8 @@ SHAPES = [
     (2, 9, 160, 2),  # head_dim 80
     (1, 64, 128, 2),
     (4, 16, 96, 6),
-    (2, 33, 80, 1),  # head_dim 80, odd S past one key block
+    (2, 20, 64, 2),  # key blocks narrower than 64 keys (2 vectors on AVX-512)
+    (2, 33, 80, 1),  # head_dim 80, odd S past one key block (AVX2), 3 vectors wide (AVX-512)
     (1, 130, 64, 4),
     (1, 512, 64, 1),  # long sequence, several query and key blocks
 ]

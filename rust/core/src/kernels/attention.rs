@@ -2,10 +2,12 @@
 //!
 //! Work is split into items of (batch, head, range of `BQ`-row query blocks), run in parallel;
 //! a head is split only when there are too few heads for the threads. Each item first copies its
-//! head's K, transposed block by block to `[d, 4·LANES]`, and V, zero-padded, into per-thread
-//! scratch (linear in S). Then, for each query block and each key block, it computes a
-//! `BQ × 4·LANES` score tile, masks it with vector selects, folds it into the running max, sum and
-//! output of every row (online softmax), and finally divides by the sum. Nothing is `S × S`.
+//! head's K, transposed block by block to `[d, NV·LANES]`, and V, zero-padded, into per-thread
+//! scratch (linear in S); a key block is `NV = ATTN_VECS` vectors wide (4 on AVX-512 and NEON, 2
+//! on AVX2, whose 16 registers hold no more), fewer for short sequences. Then, for each query
+//! block, key block and group of 4 query rows, it computes the `4 × NV·LANES` score tile, masks
+//! it with vector selects, folds it into the running max, sum and output of each row (online
+//! softmax), and finally divides by the sum. Nothing is `S × S`.
 
 use super::gemm::SendPtr;
 use super::par::Par;
@@ -14,7 +16,7 @@ use std::cell::RefCell;
 
 /// Query rows per work item.
 const BQ: usize = 64;
-/// Largest key block (4 vectors of the widest path).
+/// Largest key block (`ATTN_VECS` vectors of the widest path).
 const BC_MAX: usize = 64;
 /// Score given to a masked key, as in RLX: a fully masked row comes out uniform, not NaN.
 pub const MASKED_SCORE: f32 = -1.0e9;
@@ -165,7 +167,7 @@ impl Item<'_> {
         };
         grow(&mut scratch.kt, d * k_pad);
         grow(&mut scratch.vb, k_pad * d_pad);
-        grow(&mut scratch.scores, BQ * BC_MAX);
+        grow(&mut scratch.scores, 4 * BC_MAX);
         grow(&mut scratch.acc, BQ * d_pad);
         grow(&mut scratch.row_max, BQ);
         grow(&mut scratch.row_sum, BQ);
@@ -178,12 +180,23 @@ impl Item<'_> {
         });
     }
 
-    /// The whole item on one SIMD path.
+    /// The whole item on one SIMD path, with key blocks of `NV` vectors: `S::ATTN_VECS`, or fewer
+    /// when the sequence is short (at 8 keys a 64-key block would be mostly padding).
     #[inline(always)]
     unsafe fn run_simd<S: Simd>(&self, sc: &mut ItemScratch) {
+        match self.shape.seq_k.div_ceil(S::LANES).min(S::ATTN_VECS) {
+            0 | 1 => self.run_blocks::<S, 1>(sc),
+            2 => self.run_blocks::<S, 2>(sc),
+            3 => self.run_blocks::<S, 3>(sc),
+            _ => self.run_blocks::<S, 4>(sc),
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn run_blocks<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch) {
         let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
-        let bc = 4 * lanes; // keys per block: four vectors of scores per row
+        let bc = NV * lanes; // keys per block: NV vectors of scores per row
         let d_vecs = d.div_ceil(lanes);
         let d_pad = d_vecs * lanes;
         let col = self.h * d;
@@ -197,39 +210,39 @@ impl Item<'_> {
         // zero-padded; per key, keep flag (1 keep, 0 masked) and padding flag (1 = not a key).
         for kb in 0..k_blocks {
             let kt = &mut sc.kt[kb * d * bc..(kb + 1) * d * bc];
+            let real = bc.min(seq_k - kb * bc);
+            if real < bc {
+                kt.fill(0.0);
+            }
             for j in 0..bc {
                 let key = kb * bc + j;
-                if key < seq_k {
+                if j < real {
                     let krow = &self.k.data[k_base + key * self.k.row_stride..][..d];
-                    for (dd, &x) in krow.iter().enumerate() {
-                        kt[dd * bc + j] = x;
+                    for (kt_row, &x) in kt.chunks_exact_mut(bc).zip(krow) {
+                        kt_row[j] = x;
                     }
                     let vrow = &self.v.data[v_base + key * self.v.row_stride..][..d];
                     sc.vb[key * d_pad..key * d_pad + d].copy_from_slice(vrow);
                     sc.vb[key * d_pad + d..(key + 1) * d_pad].fill(0.0);
-                } else {
-                    for dd in 0..d {
-                        kt[dd * bc + j] = 0.0;
-                    }
                 }
                 sc.block_keep[key] = match keep {
-                    Some(keep) if key < seq_k => keep[key],
+                    Some(keep) if j < real => keep[key],
                     _ => 1.0,
                 };
-                sc.block_pad[key] = if key < seq_k { 0.0 } else { 1.0 };
+                sc.block_pad[key] = if j < real { 0.0 } else { 1.0 };
             }
         }
         for qb in self.qb0..self.qb1 {
             let q0 = qb * BQ;
             let rows = BQ.min(seq_q - q0);
-            self.query_block::<S>(sc, q0, rows, bc, d_vecs, d_pad, k_blocks, keep.is_some(), causal);
+            self.query_block::<S, NV>(sc, q0, rows, bc, d_vecs, d_pad, k_blocks, keep.is_some(), causal);
         }
     }
 
     /// Rows `[q0, q0 + rows)` against every key block, then normalized into `out`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn query_block<S: Simd>(&self, sc: &mut ItemScratch, q0: usize, rows: usize, bc: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool, causal: bool) {
+    unsafe fn query_block<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch, q0: usize, rows: usize, bc: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool, causal: bool) {
         let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
         let col = self.h * d;
@@ -237,81 +250,78 @@ impl Item<'_> {
         sc.row_max[..rows].fill(f32::NEG_INFINITY);
         sc.row_sum[..rows].fill(0.0);
         sc.acc[..rows * d_pad].fill(0.0);
+        let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
         for kb in 0..k_blocks {
             let k0 = kb * bc;
             let nk = bc.min(seq_k - k0);
             let kt_ptr = sc.kt[kb * d * bc..].as_ptr();
             let vb_off = k0 * d_pad;
-            // Scores, four query rows at a time.
-            let mut r = 0;
-            while r < rows {
-                let take = if rows - r >= 4 { 4 } else { 1 };
-                let qp = self.q.data[q_base + r * self.q.row_stride..].as_ptr();
-                let sp = sc.scores[r * bc..].as_mut_ptr();
-                if take == 4 {
-                    score_rows::<S, 4>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
-                } else {
-                    score_rows::<S, 1>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
-                }
-                r += take;
-            }
             let (kp, pp) = (sc.block_keep[k0..].as_ptr(), sc.block_pad[k0..].as_ptr());
-            let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
-            // Masks, padding, then the online-softmax update of every row.
-            for r in 0..rows {
-                let srow = &mut sc.scores[r * bc..(r + 1) * bc];
-                if causal && k0 + nk > q0 + r + 1 {
-                    let qpos = q0 + r;
-                    for (j, s) in srow[..nk].iter_mut().enumerate() {
-                        if k0 + j > qpos {
-                            *s = MASKED_SCORE;
+            // Four query rows at a time (while the key block stays in L1): scores, then the
+            // online-softmax update of each row, then acc += P · V.
+            let mut r0 = 0;
+            while r0 < rows {
+                let take = if rows - r0 >= 4 { 4 } else { 1 };
+                let qp = self.q.data[q_base + r0 * self.q.row_stride..].as_ptr();
+                let sp = sc.scores.as_mut_ptr();
+                if take == 4 {
+                    score_rows::<S, 4, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
+                } else {
+                    score_rows::<S, 1, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
+                }
+                // Masks, padding, then the online-softmax update of every row.
+                for r in r0..r0 + take {
+                    let srow = &mut sc.scores[(r - r0) * bc..(r - r0 + 1) * bc];
+                    if causal && k0 + nk > q0 + r + 1 {
+                        let qpos = q0 + r;
+                        for (j, s) in srow[..nk].iter_mut().enumerate() {
+                            if k0 + j > qpos {
+                                *s = MASKED_SCORE;
+                            }
+                        }
+                    }
+                    let sp = srow.as_mut_ptr();
+                    let mut x = [neg_inf; NV];
+                    let mut vmax = neg_inf;
+                    for (c, xc) in x.iter_mut().enumerate() {
+                        *xc = S::load(sp.add(c * lanes));
+                        if has_keep {
+                            *xc = S::select_lt(S::load(kp.add(c * lanes)), half, masked, *xc);
+                        }
+                        if nk < bc {
+                            *xc = S::select_lt(S::load(pp.add(c * lanes)), half, *xc, neg_inf);
+                        }
+                        vmax = S::max(vmax, *xc);
+                    }
+                    let old_max = sc.row_max[r];
+                    let new_max = max_keep_nan(old_max, S::hmax(vmax));
+                    let m = S::splat(new_max);
+                    let mut vsum = S::zero();
+                    for (c, xc) in x.iter().enumerate() {
+                        let p = S::exp(S::sub(*xc, m));
+                        S::store(sp.add(c * lanes), p);
+                        vsum = S::add(vsum, p);
+                    }
+                    // (Skips the exp when the max did not move; NaN rows still go through it.)
+                    let correction = if old_max == new_max { 1.0 } else { exp_scalar(old_max - new_max) };
+                    sc.row_max[r] = new_max;
+                    sc.row_sum[r] = sc.row_sum[r] * correction + S::hsum(vsum);
+                    // Rescale this row's output accumulator.
+                    if correction != 1.0 {
+                        let cv = S::splat(correction);
+                        let ap = sc.acc[r * d_pad..].as_mut_ptr();
+                        for c in 0..d_vecs {
+                            S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), cv));
                         }
                     }
                 }
-                let sp = srow.as_mut_ptr();
-                let mut vmax = neg_inf;
-                for c in 0..4 {
-                    let mut x = S::load(sp.add(c * lanes));
-                    if has_keep {
-                        x = S::select_lt(S::load(kp.add(c * lanes)), half, masked, x);
-                    }
-                    if nk < bc {
-                        x = S::select_lt(S::load(pp.add(c * lanes)), half, x, neg_inf);
-                    }
-                    S::store(sp.add(c * lanes), x);
-                    vmax = S::max(vmax, x);
-                }
-                let old_max = sc.row_max[r];
-                let new_max = max_keep_nan(old_max, S::hmax(vmax));
-                let m = S::splat(new_max);
-                let mut vsum = S::zero();
-                for c in 0..4 {
-                    let p = S::exp(S::sub(S::load(sp.add(c * lanes)), m));
-                    S::store(sp.add(c * lanes), p);
-                    vsum = S::add(vsum, p);
-                }
-                let correction = exp_scalar(old_max - new_max);
-                sc.row_max[r] = new_max;
-                sc.row_sum[r] = sc.row_sum[r] * correction + S::hsum(vsum);
-                // Rescale this row's output accumulator.
-                if correction != 1.0 {
-                    let cv = S::splat(correction);
-                    let ap = sc.acc[r * d_pad..].as_mut_ptr();
-                    for c in 0..d_vecs {
-                        S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), cv));
-                    }
-                }
-            }
-            // acc += P · V, rows four at a time, head_dim four vectors at a time.
-            let mut r = 0;
-            while r < rows {
-                let take = if rows - r >= 4 { 4 } else { 1 };
+                // acc += P · V for these rows, head_dim four vectors at a time.
                 let mut c0 = 0;
                 while c0 < d_vecs {
-                    let g = 4.min(d_vecs - c0);
-                    let pp = sc.scores[r * bc..].as_ptr();
+                    let g = S::ATTN_VECS.min(d_vecs - c0);
+                    let pp = sc.scores.as_ptr();
                     let vp = sc.vb[vb_off + c0 * lanes..].as_ptr();
-                    let ap = sc.acc[r * d_pad + c0 * lanes..].as_mut_ptr();
+                    let ap = sc.acc[r0 * d_pad + c0 * lanes..].as_mut_ptr();
                     macro_rules! pv {
                         ($R:literal) => {
                             match g {
@@ -329,7 +339,7 @@ impl Item<'_> {
                     }
                     c0 += g;
                 }
-                r += take;
+                r0 += take;
             }
         }
         // Normalize and write out.
@@ -366,17 +376,20 @@ fn exp_scalar(x: f32) -> f32 {
     x.exp()
 }
 
-/// Scores of `R` query rows against one key block: `s[r][j] = scale · Σ_d q[r][d] · kt[d][j]`.
+/// Scores of `R` query rows against one key block of `NV` vectors: `s[r][j] = scale · Σ_d q[r][d] · kt[d][j]`.
 #[inline(always)]
-unsafe fn score_rows<S: Simd, const R: usize>(q: *const f32, q_stride: usize, kt: *const f32, bc: usize, d: usize, scale: f32, s: *mut f32) {
+unsafe fn score_rows<S: Simd, const R: usize, const NV: usize>(q: *const f32, q_stride: usize, kt: *const f32, bc: usize, d: usize, scale: f32, s: *mut f32) {
     let lanes = S::LANES;
-    let mut acc = [[S::zero(); 4]; R];
+    let mut acc = [[S::zero(); NV]; R];
     for dd in 0..d {
         let kp = kt.add(dd * bc);
-        let kv = [S::load(kp), S::load(kp.add(lanes)), S::load(kp.add(2 * lanes)), S::load(kp.add(3 * lanes))];
+        let mut kv = [S::zero(); NV];
+        for (c, x) in kv.iter_mut().enumerate() {
+            *x = S::load(kp.add(c * lanes));
+        }
         for (r, row) in acc.iter_mut().enumerate() {
             let qv = S::splat(*q.add(r * q_stride + dd));
-            for c in 0..4 {
+            for c in 0..NV {
                 row[c] = S::fmadd(qv, kv[c], row[c]);
             }
         }

@@ -100,6 +100,9 @@ pub(crate) trait Simd: Copy + 'static {
     const LANES: usize;
     /// Rows per projection micro-kernel tile (sized to the register file).
     const GEMM_MR: usize;
+    /// Vectors per row of an attention register tile (4 rows × this many accumulators, plus
+    /// operands, must fit the register file: 16 registers on AVX2, 32 on AVX-512 and NEON).
+    const ATTN_VECS: usize;
     unsafe fn zero() -> Self::V;
     unsafe fn splat(x: f32) -> Self::V;
     unsafe fn load(p: *const f32) -> Self::V;
@@ -182,6 +185,7 @@ impl Simd for Scalar {
     type V = [f32; SL];
     const LANES: usize = SL;
     const GEMM_MR: usize = 2;
+    const ATTN_VECS: usize = 2;
     #[inline(always)]
     unsafe fn zero() -> Self::V {
         [0.0; SL]
@@ -281,6 +285,7 @@ mod x86 {
         type V = __m256;
         const LANES: usize = 8;
         const GEMM_MR: usize = 3;
+        const ATTN_VECS: usize = 2;
         #[inline(always)]
         unsafe fn zero() -> __m256 {
             _mm256_setzero_ps()
@@ -371,6 +376,7 @@ mod x86 {
         type V = __m512;
         const LANES: usize = 16;
         const GEMM_MR: usize = 8;
+        const ATTN_VECS: usize = 4;
         #[inline(always)]
         unsafe fn zero() -> __m512 {
             _mm512_setzero_ps()
@@ -466,6 +472,7 @@ mod arm {
         type V = float32x4_t;
         const LANES: usize = 4;
         const GEMM_MR: usize = 3;
+        const ATTN_VECS: usize = 4;
         #[inline(always)]
         unsafe fn zero() -> float32x4_t {
             vdupq_n_f32(0.0)

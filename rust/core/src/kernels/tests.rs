@@ -366,3 +366,35 @@ fn kernels_projection_timing_vs_gemm_crate() {
         println!("{m}, {:.0}, {:.0}, {:.0}", t_packed * 1e6, t_raw * 1e6, t_gemm * 1e6);
     }
 }
+
+/// Attention alone, one thread, on every SIMD path this CPU has (median of 15 calls; not a test
+/// of speed, a probe): `cargo test --release -p rlx-rules-core kernels_attention_timing -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn kernels_attention_timing() {
+    use super::attention::{AttnShape, RowsView};
+    use super::par::Par;
+    use std::time::Instant;
+    println!("path, H/heads, B×S, µs, GFLOP/s");
+    for isa in Isa::available() {
+        for (h, heads, b, s) in [(384usize, 6usize, 1usize, 8usize), (768, 12, 1, 8), (384, 6, 1, 128), (384, 6, 1, 512), (768, 12, 1, 512), (384, 6, 8, 128)] {
+            let m = b * s;
+            let qkv = Rng(3).vec(m * 3 * h, 1.0);
+            let mask = vec![1.0f32; m];
+            let mut ctx = vec![0.0f32; m * h];
+            let view = |offset| RowsView { data: &qkv[..], offset, row_stride: 3 * h, batch_stride: s * 3 * h };
+            let shape = AttnShape { batch: b, seq_q: s, seq_k: s, num_heads: heads, head_dim: h / heads };
+            let mut times: Vec<f64> = (0..16)
+                .map(|_| {
+                    let t = Instant::now();
+                    attention::attention(isa, &Par::SERIAL, shape, view(0), view(h), view(2 * h), MaskRef::Keep(&mask), 0.125, &mut ctx, h);
+                    t.elapsed().as_secs_f64()
+                })
+                .skip(1)
+                .collect();
+            times.sort_by(|a, b| a.total_cmp(b));
+            let t = times[times.len() / 2];
+            println!("{isa}, {h}/{heads}, {b}×{s}, {:.1}, {:.1}", t * 1e6, 4.0 * (m * s * h) as f64 / t / 1e9);
+        }
+    }
+}
