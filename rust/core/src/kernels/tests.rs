@@ -187,6 +187,7 @@ fn kernels_block_matches_reference_on_every_path() {
         Case { b: 2, s: 7, h: 48, heads: 3, bias: true, rope: true, mask: "padded" },
         Case { b: 3, s: 5, h: 32, heads: 2, bias: true, rope: false, mask: "row0_masked" },
         Case { b: 2, s: 9, h: 80, heads: 1, bias: false, rope: true, mask: "random" },
+        Case { b: 2, s: 20, h: 64, heads: 2, bias: true, rope: false, mask: "padded" },
         Case { b: 1, s: 70, h: 64, heads: 1, bias: true, rope: true, mask: "random" },
         Case { b: 2, s: 33, h: 70, heads: 5, bias: true, rope: true, mask: "padded" },
         Case { b: 1, s: 130, h: 36, heads: 2, bias: true, rope: false, mask: "padded" },
