@@ -3,8 +3,9 @@
 //! In the regime the fused block targets (few rows, B·S ≤ 64) a projection reads every weight once
 //! and does only `2·M` flops per weight, so it is bound by cache bandwidth (M of a few rows) or by
 //! the FMA units: the kernel streams each packed panel exactly once, with an `MR × 32` tile of
-//! accumulators in registers and the rows of A broadcast from L1. Threads split the panels into
-//! contiguous ranges, so every thread streams its own slice of the weights.
+//! accumulators in registers and the rows of A broadcast from L1. Threads split the panels: one
+//! panel per task for packed weights, numbered so that every thread streams its own contiguous
+//! stretch; contiguous ranges of panels for row-major weights.
 
 use super::par::Par;
 use super::simd::{dispatch, Isa};
@@ -142,7 +143,25 @@ pub(crate) fn project(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: W
         }
     }
     let cptr = SendPtr(c.as_mut_ptr());
-    // Contiguous panel ranges: a few per thread so work stealing can even out the load.
+    if w.packed && par.parallel {
+        // One panel per task, numbered so that each thread starts on its own contiguous stretch
+        // of panels: task i is panel (i % T)·chunk + i / T. Claiming tasks in turn then balances
+        // the threads to within one panel, each streams its weights in order, and threads
+        // working at the same time write far-apart columns of C (two adjacent panels share a
+        // cache line of C when C is not 64-byte aligned).
+        let t = par.threads;
+        let chunk = n_panels.div_ceil(t);
+        par.for_each(chunk * t, |task| {
+            let p = (task % t) * chunk + task / t;
+            if p < n_panels {
+                // SAFETY: lengths checked above; tasks own disjoint column panels of C.
+                unsafe { project_panels(isa, m, a, lda, &w, p, p + 1, cptr, ldc) };
+            }
+        });
+        return;
+    }
+    // Row-major weights: contiguous panel ranges (read k-group by k-group across a range when
+    // there are few rows), a few per thread so that claiming tasks in turn evens out the load.
     let n_tasks = if par.parallel { n_panels.min(par.threads * 4) } else { 1 };
     let full_panels = n / NR;
     par.for_each(n_tasks, |task| {

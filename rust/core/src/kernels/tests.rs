@@ -399,3 +399,4 @@ fn kernels_attention_timing() {
         }
     }
 }
+
