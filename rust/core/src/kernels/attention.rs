@@ -125,7 +125,9 @@ pub(crate) fn attention(
     let chunks = if par.parallel { (2 * par.threads).div_ceil(heads_total).clamp(1, q_blocks) } else { 1 };
     let n_items = heads_total * chunks;
     let out_ptr = SendPtr(out.as_mut_ptr());
-    par.for_each(n_items, |item| {
+    // Each thread on its own stretch of items, so neighbouring heads (whose output columns can
+    // share a cache line) are not written by two threads at once.
+    par.for_each_spread(n_items, |item| {
         let chunk = item % chunks;
         let h = (item / chunks) % num_heads;
         let b = item / (chunks * num_heads);

@@ -144,19 +144,13 @@ pub(crate) fn project(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: W
     }
     let cptr = SendPtr(c.as_mut_ptr());
     if w.packed && par.parallel {
-        // One panel per task, numbered so that each thread starts on its own contiguous stretch
-        // of panels: task i is panel (i % T)·chunk + i / T. Claiming tasks in turn then balances
-        // the threads to within one panel, each streams its weights in order, and threads
-        // working at the same time write far-apart columns of C (two adjacent panels share a
-        // cache line of C when C is not 64-byte aligned).
-        let t = par.threads;
-        let chunk = n_panels.div_ceil(t);
-        par.for_each(chunk * t, |task| {
-            let p = (task % t) * chunk + task / t;
-            if p < n_panels {
-                // SAFETY: lengths checked above; tasks own disjoint column panels of C.
-                unsafe { project_panels(isa, m, a, lda, &w, p, p + 1, cptr, ldc) };
-            }
+        // One panel per task, each thread on its own stretch of panels (see `for_each_spread`):
+        // the threads end within one panel of each other, each streams its weights in order, and
+        // two threads never write adjacent panels of C at once (they share a cache line of C when
+        // C is not 64-byte aligned).
+        par.for_each_spread(n_panels, |p| {
+            // SAFETY: lengths checked above; tasks own disjoint column panels of C.
+            unsafe { project_panels(isa, m, a, lda, &w, p, p + 1, cptr, ldc) };
         });
         return;
     }

@@ -232,6 +232,26 @@ impl Par {
             _ => (0..n).for_each(f),
         }
     }
+
+    /// Like [`Par::for_each`], but with the items numbered so that each of the `T` threads starts
+    /// on its own contiguous stretch of `⌈n/T⌉` items: the `j`-th task claimed is item
+    /// `(j mod T)·⌈n/T⌉ + ⌊j/T⌋`. Threads claiming tasks in turn then work on far-apart items
+    /// (no cache line of the output shared between neighbouring items bounces between cores) and
+    /// each walks its stretch in order, while any thread may still take any item, so the load
+    /// evens out to within one item.
+    pub fn for_each_spread(&self, n: usize, f: impl Fn(usize) + Sync) {
+        if !self.parallel || n <= 1 {
+            return self.for_each(n, f);
+        }
+        let t = self.threads;
+        let chunk = n.div_ceil(t);
+        self.for_each(chunk * t, |j| {
+            let item = (j % t) * chunk + j / t;
+            if item < n {
+                f(item);
+            }
+        });
+    }
 }
 
 #[cfg(test)]
@@ -291,6 +311,19 @@ mod tests {
             count.fetch_add(1, Ordering::Relaxed);
         }));
         assert_eq!(count.load(Ordering::Relaxed), 16);
+    }
+
+    #[test]
+    fn kernels_pool_spread_runs_every_item_once() {
+        Par::run(2, f64::INFINITY, |par| {
+            for n in [0usize, 1, 2, 3, 7, 36, 1001] {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                par.for_each_spread(n, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n={n}");
+            }
+        });
     }
 
     #[test]
