@@ -216,13 +216,17 @@ impl Item<'_> {
             if real < bc {
                 kt.fill(0.0);
             }
+            // Row dd of the block holds element dd of each key: written in order, read across
+            // the keys' rows (which stay in L1 for the whole block).
+            let key0 = kb * bc;
+            for (dd, kt_row) in kt.chunks_exact_mut(bc).enumerate() {
+                for (j, x) in kt_row[..real].iter_mut().enumerate() {
+                    *x = self.k.data[k_base + (key0 + j) * self.k.row_stride + dd];
+                }
+            }
             for j in 0..bc {
-                let key = kb * bc + j;
+                let key = key0 + j;
                 if j < real {
-                    let krow = &self.k.data[k_base + key * self.k.row_stride..][..d];
-                    for (kt_row, &x) in kt.chunks_exact_mut(bc).zip(krow) {
-                        kt_row[j] = x;
-                    }
                     let vrow = &self.v.data[v_base + key * self.v.row_stride..][..d];
                     sc.vb[key * d_pad..key * d_pad + d].copy_from_slice(vrow);
                     sc.vb[key * d_pad + d..(key + 1) * d_pad].fill(0.0);
