@@ -307,6 +307,36 @@ def threshold(args) -> None:
             r1, r2 = res["1"].median, res["2"].median
             print(f"| {h}/{nh} | {b}×{s} | {mflop:.2f} | {r1 * 1e6:.1f} | {r2 * 1e6:.1f} | {r2 / r1:.2f} |")
     print(f"# compiled-in threshold: {_native.PARALLEL_MIN_FLOPS / 1e6:.1f} MFLOP")
+    # The compiled-in thresholds in force, against always staying on the calling thread: calls
+    # back to back (the worker still spins from the previous call) and 0.5 ms apart with the
+    # caller busy in between (the worker has parked, as between layers of a real model).
+    del os.environ["RLX_RULES_PARALLEL_MIN_FLOPS"]
+    print()
+    print(f"# thresholds in force: {_native.PARALLEL_MIN_FLOPS / 1e6:.1f} MFLOP with a spinning worker, {_native.WAKE_MIN_FLOPS / 1e6:.1f} MFLOP to wake a parked one")
+    print("| H/heads | B×S | MFLOP | back to back: 1 thread µs | threads=2 µs | 0.5 ms apart: 1 thread µs | threads=2 µs |")
+    print("|---|---|---|---|---|---|---|")
+    cases = [(384, 6, 1), (128, 2, 16), (256, 4, 4), (384, 6, 4), (384, 6, 8), (768, 12, 1), (256, 4, 16), (768, 12, 8)]
+    blocks = {}
+    for h, nh, s in cases:
+        block = K.FusedAttentionBlock(rng.standard_normal((h, 3 * h), dtype=np.float32), rng.standard_normal((h, h), dtype=np.float32), num_heads=nh)
+        blocks[(h, nh, s)] = (block, rng.standard_normal((1, s, h), dtype=np.float32))
+    samples: Dict[tuple, List[float]] = {}
+    for _ in range(6):
+        for gap in (0.0, 0.0005):
+            for threads in (1, 2):
+                for key, (block, x) in blocks.items():
+                    for i in range(25):
+                        busy_until = time.perf_counter() + gap
+                        while time.perf_counter() < busy_until:
+                            pass
+                        t0 = time.perf_counter()
+                        block(x, threads=threads)
+                        if i >= 5:
+                            samples.setdefault((key, gap, threads), []).append(time.perf_counter() - t0)
+    for (h, nh, s) in blocks:
+        med = {(gap, t): statistics.median(samples[((h, nh, s), gap, t)]) * 1e6 for gap in (0.0, 0.0005) for t in (1, 2)}
+        mflop = (8.0 * s * h * h + 4.0 * s * s * h) / 1e6
+        print(f"| {h}/{nh} | 1×{s} | {mflop:.2f} | {med[(0.0, 1)]:.1f} | {med[(0.0, 2)]:.1f} | {med[(0.0005, 1)]:.1f} | {med[(0.0005, 2)]:.1f} |")
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -47,7 +47,8 @@ class Program:
     def rule_names(self) -> list[str]: ...
 
 # ---- kernels ----
-PARALLEL_MIN_FLOPS: float
+PARALLEL_MIN_FLOPS: float  # below it a call runs on the calling thread
+WAKE_MIN_FLOPS: float  # below it a call does not wake a pool whose workers have parked
 
 def fused_attention_block(
     hidden: npt.NDArray[np.float32],

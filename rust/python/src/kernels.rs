@@ -374,5 +374,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(machine_roofline, m)?)?;
     m.add_class::<PyPreparedAttentionBlock>()?;
     m.add("PARALLEL_MIN_FLOPS", core::PARALLEL_MIN_FLOPS)?;
+    m.add("WAKE_MIN_FLOPS", core::WAKE_MIN_FLOPS)?;
     Ok(())
 }

@@ -21,7 +21,7 @@ mod tests;
 pub use attention::{MaskRef, MASKED_SCORE};
 pub use block::{attention, fused_attention_block, AttentionShape, BlockShape, BlockWeights, PreparedAttentionBlock, RunOptions};
 pub use gemm::PackedWeights;
-pub use par::{resolve_threads, PARALLEL_MIN_FLOPS, THREADS_ENV};
+pub use par::{resolve_threads, PARALLEL_MIN_FLOPS, THREADS_ENV, WAKE_MIN_FLOPS};
 pub use rope::Rope;
 pub use simd::{Isa, SIMD_ENV};
 

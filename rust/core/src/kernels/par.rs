@@ -1,4 +1,4 @@
-//! Threading for the kernels: thread-count resolution (`threads=`, `RLX_RULES_THREADS`, core count), one cached fork-join pool per count whose workers spin briefly between phases, and the small-work threshold below which a call stays on the calling thread.
+//! Threading for the kernels: thread-count resolution (`threads=`, `RLX_RULES_THREADS`, core count), one cached fork-join pool per count whose workers spin briefly between phases, and the small-work thresholds below which a call stays on the calling thread.
 //!
 //! Why not rayon: a fused block is four short parallel phases (QKV projection, RoPE, attention,
 //! output projection) of 50–500 µs each at the sizes that matter. With rayon every phase wakes
@@ -9,7 +9,7 @@
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -21,15 +21,26 @@ pub const THREADS_ENV: &str = "RLX_RULES_THREADS";
 /// BENCHMARKS.md).
 pub const PARALLEL_MIN_FLOPS: f64 = 2.0e6;
 
-/// Environment variable overriding [`PARALLEL_MIN_FLOPS`] (for measuring it; `0` always wakes the pool).
+/// Below this many floating-point operations a call does not wake a pool whose workers have all
+/// parked (after [`SPIN`] without work), unless it comes right after another call: a woken pool
+/// costs a call of 2–5 MFLOP more than it saves (`benchmarks/bench_attention.py --threshold`).
+pub const WAKE_MIN_FLOPS: f64 = 6.0e6;
+
+/// Environment variable overriding both [`PARALLEL_MIN_FLOPS`] and [`WAKE_MIN_FLOPS`] (for
+/// measuring them; `0` always uses the pool).
 pub const PARALLEL_MIN_FLOPS_ENV: &str = "RLX_RULES_PARALLEL_MIN_FLOPS";
 
 /// How long a worker spins for the next phase before it parks.
 const SPIN: Duration = Duration::from_micros(100);
 
-/// The small-work threshold in force: `RLX_RULES_PARALLEL_MIN_FLOPS`, else [`PARALLEL_MIN_FLOPS`].
-pub fn parallel_min_flops() -> f64 {
-    std::env::var(PARALLEL_MIN_FLOPS_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v >= 0.0).unwrap_or(PARALLEL_MIN_FLOPS)
+/// The small-work thresholds in force, for a pool with a spinning worker and for one whose
+/// workers have all parked: `RLX_RULES_PARALLEL_MIN_FLOPS` for both, else
+/// ([`PARALLEL_MIN_FLOPS`], [`WAKE_MIN_FLOPS`]).
+pub fn parallel_min_flops() -> (f64, f64) {
+    match std::env::var(PARALLEL_MIN_FLOPS_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v >= 0.0) {
+        Some(v) => (v, v),
+        None => (PARALLEL_MIN_FLOPS, WAKE_MIN_FLOPS),
+    }
 }
 
 /// Thread count for a call: `requested` if given (and > 0), else `RLX_RULES_THREADS`, else the
@@ -53,6 +64,9 @@ struct Job {
 
 /// A fork-join pool of `workers` threads plus the calling thread.
 struct Pool {
+    workers: usize,
+    /// When the last call that wanted this pool ended ([`now_ns`]).
+    last_end_ns: AtomicU64,
     /// Held by the call using the pool; a concurrent call runs serially instead.
     busy: Mutex<()>,
     /// Bumped to publish a phase.
@@ -83,6 +97,8 @@ impl Pool {
     fn start(threads: usize) -> &'static Pool {
         let noop_ref: &'static (dyn Fn(usize) + Sync) = &noop;
         let pool: &'static Pool = Box::leak(Box::new(Pool {
+            workers: threads - 1,
+            last_end_ns: AtomicU64::new(0),
             busy: Mutex::new(()),
             epoch: AtomicUsize::new(0),
             job: UnsafeCell::new(Job { f: noop_ref as *const _, n: 0 }),
@@ -134,6 +150,11 @@ impl Pool {
         }
     }
 
+    /// Whether every worker has parked (none is spinning, so using the pool means waking them).
+    fn all_parked(&self) -> bool {
+        self.sleepers.load(Ordering::SeqCst) >= self.workers
+    }
+
     /// Runs tasks of `job` until none is left.
     fn drain(&self, job: Job) {
         loop {
@@ -180,6 +201,19 @@ impl Pool {
     }
 }
 
+/// Nanoseconds since the first call of this function (a monotonic clock).
+fn now_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Whether a call of `flops` is worth the pool, given the thresholds for a pool with a spinning
+/// worker and for one that would have to be woken (`must_wake`: every worker has parked and no
+/// call has just ended).
+fn uses_pool(flops: f64, (min_flops, wake_min_flops): (f64, f64), must_wake: bool) -> bool {
+    flops >= min_flops && (flops >= wake_min_flops || !must_wake)
+}
+
 /// Number of cores (logical CPUs) available to this process.
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
@@ -206,13 +240,16 @@ impl Par {
     pub const SERIAL: Par = Par { threads: 1, parallel: false, pool: None };
 
     /// Runs `body` with a `Par` for `threads`, over the pool when the work (in flops) is large
-    /// enough to be worth it and the pool is free, else directly on the calling thread.
+    /// enough to be worth it and the pool is free, else directly on the calling thread. Work
+    /// below [`WAKE_MIN_FLOPS`] uses the pool only while a worker is still spinning from the
+    /// previous call; it does not wake a parked pool.
     ///
     /// `threads` is capped at the number of cores: the pool's workers spin between phases, and
     /// more spinning threads than cores would only steal time from each other.
     pub fn run<R>(threads: usize, flops: f64, body: impl FnOnce(Par) -> R) -> R {
         let threads = threads.min(cores());
-        if threads <= 1 || flops < parallel_min_flops() {
+        let thresholds = parallel_min_flops();
+        if threads <= 1 || !uses_pool(flops, thresholds, false) {
             return body(Par::SERIAL);
         }
         let pool = pool(threads);
@@ -222,7 +259,13 @@ impl Par {
             // Another thread is using this pool: run this call serially rather than queue.
             Err(TryLockError::WouldBlock) => return body(Par::SERIAL),
         };
-        body(Par { threads, parallel: true, pool: Some(pool) })
+        // A parked pool is woken for medium work only when calls come in a stream (the last one
+        // ended less than SPIN ago): then the calls that follow find the worker spinning.
+        let in_stream = now_ns().saturating_sub(pool.last_end_ns.load(Ordering::Relaxed)) < SPIN.as_nanos() as u64;
+        let parallel = uses_pool(flops, thresholds, pool.all_parked() && !in_stream);
+        let result = body(if parallel { Par { threads, parallel: true, pool: Some(pool) } } else { Par::SERIAL });
+        pool.last_end_ns.store(now_ns(), Ordering::Relaxed);
+        result
     }
 
     /// Calls `f(i)` for every `i` in `0..n`, in parallel when this call is parallel.
@@ -330,5 +373,17 @@ mod tests {
     fn kernels_small_work_stays_serial() {
         Par::run(2, 10.0, |par| assert!(!par.parallel));
         Par::run(1, f64::INFINITY, |par| assert!(!par.parallel));
+    }
+
+    #[test]
+    fn kernels_medium_work_does_not_wake_a_parked_pool() {
+        let thresholds = (PARALLEL_MIN_FLOPS, WAKE_MIN_FLOPS);
+        let medium = (PARALLEL_MIN_FLOPS + WAKE_MIN_FLOPS) / 2.0;
+        assert!(!uses_pool(PARALLEL_MIN_FLOPS / 2.0, thresholds, false));
+        assert!(uses_pool(medium, thresholds, false), "a spinning worker is used");
+        assert!(!uses_pool(medium, thresholds, true), "a parked pool is not woken");
+        assert!(uses_pool(WAKE_MIN_FLOPS, thresholds, true));
+        // The override (0) always uses the pool.
+        assert!(uses_pool(1.0, (0.0, 0.0), true));
     }
 }

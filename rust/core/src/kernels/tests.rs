@@ -400,3 +400,15 @@ fn kernels_attention_timing() {
     }
 }
 
+
+#[test]
+fn kernels_threshold_counts_weight_reads_of_one_token_calls() {
+    let shape = |hidden, seq| BlockShape { batch: 1, seq, hidden, num_heads: 2 };
+    // Many rows: the flops decide.
+    assert_eq!(shape(384, 64).threshold_work(), shape(384, 64).flops());
+    // One token at H=384: 1.2 MFLOP, but 2.4 MB of weights to read, which two threads read faster.
+    assert!(shape(384, 1).flops() < PARALLEL_MIN_FLOPS);
+    assert!(shape(384, 1).threshold_work() >= PARALLEL_MIN_FLOPS);
+    // One token at H=128: small either way, so it stays on the calling thread.
+    assert!(shape(128, 1).threshold_work() < PARALLEL_MIN_FLOPS);
+}
