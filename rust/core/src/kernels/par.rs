@@ -241,8 +241,8 @@ impl Par {
 
     /// Runs `body` with a `Par` for `threads`, over the pool when the work (in flops) is large
     /// enough to be worth it and the pool is free, else directly on the calling thread. Work
-    /// below [`WAKE_MIN_FLOPS`] uses the pool only while a worker is still spinning from the
-    /// previous call; it does not wake a parked pool.
+    /// below [`WAKE_MIN_FLOPS`] uses the pool only while a worker is still spinning, or when the
+    /// previous call ended less than [`SPIN`] ago; it does not wake a parked pool for a lone call.
     ///
     /// `threads` is capped at the number of cores: the pool's workers spin between phases, and
     /// more spinning threads than cores would only steal time from each other.
