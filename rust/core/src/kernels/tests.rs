@@ -412,3 +412,73 @@ fn kernels_threshold_counts_weight_reads_of_one_token_calls() {
     // One token at H=128: small either way, so it stays on the calling thread.
     assert!(shape(128, 1).threshold_work() < PARALLEL_MIN_FLOPS);
 }
+
+/// Fork-join overhead of a block-shaped call (three phases: 72 tasks, 12 tasks, 24 tasks of a
+/// few µs each, like BERT-base at 8 tokens) on 2 threads: our pool against a 2-thread rayon pool,
+/// back to back and 0.5 ms apart (the caller busy in between). Not a test of speed, a probe:
+/// `cargo test --release -p rlx-rules-core kernels_pool_vs_rayon -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn kernels_pool_vs_rayon() {
+    use super::par::Par;
+    use rayon::prelude::*;
+    use std::time::{Duration, Instant};
+    fn work(units: usize) -> f32 {
+        let mut x = std::hint::black_box(1.0f32);
+        for _ in 0..units * 1000 {
+            x = x.mul_add(0.999_999, 1e-7);
+        }
+        x
+    }
+    let phases = [(72usize, 2usize), (12, 1), (24, 2)];
+    let sink = std::sync::atomic::AtomicU32::new(0);
+    let run_task = |units: usize| {
+        sink.fetch_add(work(units).to_bits() & 1, std::sync::atomic::Ordering::Relaxed);
+    };
+    let rayon_pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let ours = || {
+        Par::run(2, f64::INFINITY, |par| {
+            for &(n, units) in &phases {
+                par.for_each(n, |_| run_task(units));
+            }
+        })
+    };
+    let with_rayon = || {
+        rayon_pool.install(|| {
+            for &(n, units) in &phases {
+                (0..n).into_par_iter().for_each(|_| run_task(units));
+            }
+        })
+    };
+    let serial = || {
+        for &(n, units) in &phases {
+            (0..n).for_each(|_| run_task(units));
+        }
+    };
+    let contenders: [(&str, &dyn Fn()); 3] = [("serial", &serial), ("our pool", &ours), ("rayon", &with_rayon)];
+    for gap in [Duration::ZERO, Duration::from_micros(500)] {
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+        for _round in 0..20 {
+            for (i, (_, f)) in contenders.iter().enumerate() {
+                for call in 0..10 {
+                    let busy_until = Instant::now() + gap;
+                    while Instant::now() < busy_until {}
+                    let t = Instant::now();
+                    f();
+                    if call >= 2 {
+                        times[i].push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
+            }
+        }
+        let line: Vec<String> = contenders
+            .iter()
+            .zip(times.iter_mut())
+            .map(|((name, _), t)| {
+                t.sort_by(|a, b| a.total_cmp(b));
+                format!("{name} {:.0} µs", t[t.len() / 2])
+            })
+            .collect();
+        println!("calls {} µs apart: {}", gap.as_micros(), line.join(", "));
+    }
+}
