@@ -291,7 +291,8 @@ def print_row(row, header=False):
 
 
 def threshold(args) -> None:
-    """Times 1 against 2 threads on small blocks with the work threshold disabled."""
+    """Times 1 against 2 threads on small blocks: first with the work thresholds disabled, then with
+    them in force, for calls back to back and 0.5 ms apart (the pool's worker parked)."""
     os.environ["RLX_RULES_PARALLEL_MIN_FLOPS"] = "0"
     rng = np.random.default_rng(1)
     print("| H/heads | B×S | MFLOP | 1 thread µs | 2 threads µs | 2 threads / 1 |")
@@ -347,7 +348,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--hidden", type=int, nargs="+", default=[h for h, _ in MODELS + SMALL_MODELS], help="subset of hidden sizes (768, 384, 256, 128)")
     parser.add_argument("--bs", nargs="+", default=[f"{b}x{s}" for b, s in SHAPES_BS], help="subset of BxS shapes, e.g. 1x8 8x128")
     parser.add_argument("--quick", action="store_true", help="rounds=40, budget=1 s")
-    parser.add_argument("--threshold", action="store_true", help="measure the small-work threshold instead")
+    parser.add_argument("--threshold", action="store_true", help="measure the small-work thresholds instead")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.budget = 10, 1.0
