@@ -355,14 +355,20 @@ impl Graph {
     /// All checks of [`Graph::validate`]; also returns a topological order when the current one
     /// is not (`None`: already ordered).
     fn check(&self, registry: &Registry) -> Result<(Vec<Warning>, Option<Vec<usize>>), GraphError> {
+        self.check_nodes(registry, |_| true)
+    }
+
+    /// [`Graph::check`] with the per-node checks (fields, registry) only for the nodes `wanted`
+    /// selects; the structure (ids, inputs, acyclicity, outputs) is always checked in full.
+    fn check_nodes(&self, registry: &Registry, wanted: impl Fn(&Node) -> bool) -> Result<(Vec<Warning>, Option<Vec<usize>>), GraphError> {
         let index = self.id_index()?;
-        for node in &self.nodes {
+        for node in self.nodes.iter().filter(|n| wanted(n)) {
             check_node_fields(node)?;
         }
         let (positions, ordered) = self.input_positions(&index)?;
         let order = self.topo_order(&positions, ordered)?;
         self.check_outputs(&index)?;
-        let warnings = self.check_registry(registry)?;
+        let warnings = self.check_registry(registry, wanted)?;
         Ok((warnings, order))
     }
 
@@ -412,25 +418,15 @@ impl Graph {
     /// inputs, acyclicity, outputs), but check only the `changed` nodes against the registry, since
     /// every other node is unchanged since it was validated on loading.
     pub fn finish_rewrite(&mut self, registry: &Registry, changed: &IdMap<()>) -> Result<(), GraphError> {
-        let index = self.id_index()?;
-        for node in self.nodes.iter().filter(|n| changed.contains_key(&n.id)) {
-            check_node_fields(node)?;
-        }
-        let (positions, ordered) = self.input_positions(&index)?;
-        let order = self.topo_order(&positions, ordered)?;
-        self.check_outputs(&index)?;
-        self.check_registry_of(registry, |n| changed.contains_key(&n.id))?;
+        let (_, order) = self.check_nodes(registry, |n| changed.contains_key(&n.id))?;
         if let Some(order) = order {
             self.apply_order(&order);
         }
         Ok(())
     }
 
-    fn check_registry(&self, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
-        self.check_registry_of(registry, |_| true)
-    }
-
-    fn check_registry_of(&self, registry: &Registry, wanted: impl Fn(&Node) -> bool) -> Result<Vec<Warning>, GraphError> {
+    /// Registry checks (arity, attribute types) of the nodes `wanted` selects.
+    fn check_registry(&self, registry: &Registry, wanted: impl Fn(&Node) -> bool) -> Result<Vec<Warning>, GraphError> {
         let mut warnings = Vec::new();
         // One warning per unknown op, and per unknown (op, attribute), at its first node.
         let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
