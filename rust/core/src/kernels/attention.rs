@@ -5,9 +5,9 @@
 //! head's K, transposed block by block to `[d, NV·LANES]`, and V, zero-padded, into per-thread
 //! scratch (linear in S); a key block is `NV = ATTN_VECS` vectors wide (4 on AVX-512 and NEON, 2
 //! on AVX2, whose 16 registers hold no more), fewer for short sequences. Then, for each query
-//! block, key block and group of 4 query rows, it computes the `4 × NV·LANES` score tile, masks
-//! it with vector selects, folds it into the running max, sum and output of each row (online
-//! softmax), and finally divides by the sum. Nothing is `S × S`.
+//! block, key block and group of `ROW_GROUP` (4) query rows, it computes the `4 × NV·LANES`
+//! score tile, masks it with vector selects, folds it into the running max, sum and output of each
+//! row (online softmax), and finally divides by the sum. Nothing is `S × S`.
 
 use super::gemm::SendPtr;
 use super::par::Par;
@@ -16,6 +16,8 @@ use std::cell::RefCell;
 
 /// Query rows per work item.
 const BQ: usize = 64;
+/// Query rows that go through scores, softmax and `P·V` together, while their key block is in L1.
+const ROW_GROUP: usize = 4;
 /// Largest key block (`ATTN_VECS` vectors of the widest path).
 const BC_MAX: usize = 64;
 /// Score given to a masked key, as in RLX: a fully masked row comes out uniform, not NaN.
@@ -169,7 +171,7 @@ impl Item<'_> {
         };
         grow(&mut scratch.kt, d * k_pad);
         grow(&mut scratch.vb, k_pad * d_pad);
-        grow(&mut scratch.scores, 4 * BC_MAX);
+        grow(&mut scratch.scores, ROW_GROUP * BC_MAX);
         grow(&mut scratch.acc, BQ * d_pad);
         grow(&mut scratch.row_max, BQ);
         grow(&mut scratch.row_sum, BQ);
@@ -241,16 +243,17 @@ impl Item<'_> {
         for qb in self.qb0..self.qb1 {
             let q0 = qb * BQ;
             let rows = BQ.min(seq_q - q0);
-            self.query_block::<S, NV>(sc, q0, rows, bc, d_vecs, d_pad, k_blocks, keep.is_some(), causal);
+            self.query_block::<S, NV>(sc, q0, rows, d_vecs, d_pad, k_blocks, keep.is_some(), causal);
         }
     }
 
     /// Rows `[q0, q0 + rows)` against every key block, then normalized into `out`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn query_block<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch, q0: usize, rows: usize, bc: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool, causal: bool) {
+    unsafe fn query_block<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch, q0: usize, rows: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool, causal: bool) {
         let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
+        let bc = NV * lanes;
         let col = self.h * d;
         let q_base = self.q.offset + self.b * self.q.batch_stride + q0 * self.q.row_stride + col;
         sc.row_max[..rows].fill(f32::NEG_INFINITY);
@@ -263,15 +266,15 @@ impl Item<'_> {
             let kt_ptr = sc.kt[kb * d * bc..].as_ptr();
             let vb_off = k0 * d_pad;
             let (kp, pp) = (sc.block_keep[k0..].as_ptr(), sc.block_pad[k0..].as_ptr());
-            // Four query rows at a time (while the key block stays in L1): scores, then the
+            // ROW_GROUP query rows at a time (while the key block stays in L1): scores, then the
             // online-softmax update of each row, then acc += P · V.
             let mut r0 = 0;
             while r0 < rows {
-                let take = if rows - r0 >= 4 { 4 } else { 1 };
+                let take = if rows - r0 >= ROW_GROUP { ROW_GROUP } else { 1 };
                 let qp = self.q.data[q_base + r0 * self.q.row_stride..].as_ptr();
                 let sp = sc.scores.as_mut_ptr();
-                if take == 4 {
-                    score_rows::<S, 4, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
+                if take == ROW_GROUP {
+                    score_rows::<S, ROW_GROUP, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
                 } else {
                     score_rows::<S, 1, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
                 }
@@ -321,7 +324,7 @@ impl Item<'_> {
                         }
                     }
                 }
-                // acc += P · V for these rows, head_dim four vectors at a time.
+                // acc += P · V for these rows, head_dim ATTN_VECS vectors at a time.
                 let mut c0 = 0;
                 while c0 < d_vecs {
                     let g = S::ATTN_VECS.min(d_vecs - c0);
@@ -329,7 +332,7 @@ impl Item<'_> {
                     let vp = sc.vb[vb_off + c0 * lanes..].as_ptr();
                     let ap = sc.acc[r0 * d_pad + c0 * lanes..].as_mut_ptr();
                     macro_rules! pv {
-                        ($R:literal) => {
+                        ($R:expr) => {
                             match g {
                                 4 => pv_rows::<S, $R, 4>(pp, bc, vp, d_pad, nk, ap, d_pad),
                                 3 => pv_rows::<S, $R, 3>(pp, bc, vp, d_pad, nk, ap, d_pad),
@@ -338,8 +341,8 @@ impl Item<'_> {
                             }
                         };
                     }
-                    if take == 4 {
-                        pv!(4)
+                    if take == ROW_GROUP {
+                        pv!(ROW_GROUP)
                     } else {
                         pv!(1)
                     }
