@@ -121,6 +121,11 @@ class Result:
         return statistics.median(self.times)
 
 
+def block_flops(b: int, s: int, h: int) -> float:
+    """Floating-point operations of one fused block on [b, s, h] (projections plus attention)."""
+    return 8.0 * b * s * h * h + 4.0 * b * s * s * h
+
+
 def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s: float, pause_s: float = 0.06) -> Dict[str, Result]:
     """Rounds of back-to-back bursts per contender, contenders in turn; medians of the timed calls.
 
@@ -130,8 +135,8 @@ def alternate(contenders: Dict[str, Callable[[], object]], rounds: int, budget_s
     OpenBLAS are told above not to spin). A burst then warms up (at least
     3 calls and 30 ms: after a pause the first calls of every contender run up to 2-3x slower, as
     the cores, caches and parked threads wake up, and on this VM two threads need some 10-30 ms
-    to get back to full speed) and times `burst` calls: 8 for calls under
-    5 ms, else 2. So the medians are steady-state times, as when a model calls layer after layer.
+    to get back to full speed) and times 8 calls (2 for calls over
+    5 ms). So the medians are steady-state times, as when a model calls layer after layer.
     """
     results = {name: Result(name) for name in contenders}
     for fn in contenders.values():
@@ -264,7 +269,7 @@ def bench(args) -> None:
                         print(f"# WARNING {name} differs from the float64 reference by {err:.2e} at H={h} {b}x{s}")
                 res = alternate(contenders, args.rounds, args.budget)
                 bw, peak = roof[(h, t)]
-                flops = 8.0 * b * s * h * h + 4.0 * b * s * s * h
+                flops = block_flops(b, s, h)
                 bound = max(4 * (4 * h * h + 4 * h) / bw, flops / peak)
                 rows.append((h, nh, b, s, t, {n: r.median for n, r in res.items()}, bound, len(res["rlx prepared"].times)))
                 print_row(rows[-1], header=len(rows) == 1)
@@ -304,7 +309,7 @@ def threshold(args) -> None:
         for b, s in [(1, 1), (1, 4), (1, 16), (1, 64)]:
             x = rng.standard_normal((b, s, h), dtype=np.float32)
             res = alternate({"1": lambda: block(x, threads=1), "2": lambda: block(x, threads=2)}, args.rounds * 4, args.budget)
-            mflop = (8.0 * b * s * h * h + 4.0 * b * s * s * h) / 1e6
+            mflop = block_flops(b, s, h) / 1e6
             r1, r2 = res["1"].median, res["2"].median
             print(f"| {h}/{nh} | {b}×{s} | {mflop:.2f} | {r1 * 1e6:.1f} | {r2 * 1e6:.1f} | {r2 / r1:.2f} |")
     print(f"# compiled-in threshold: {_native.PARALLEL_MIN_FLOPS / 1e6:.1f} MFLOP")
@@ -336,7 +341,7 @@ def threshold(args) -> None:
                             samples.setdefault((key, gap, threads), []).append(time.perf_counter() - t0)
     for (h, nh, s) in blocks:
         med = {(gap, t): statistics.median(samples[((h, nh, s), gap, t)]) * 1e6 for gap in (0.0, 0.0005) for t in (1, 2)}
-        mflop = (8.0 * s * h * h + 4.0 * s * s * h) / 1e6
+        mflop = block_flops(1, s, h) / 1e6
         print(f"| {h}/{nh} | 1×{s} | {mflop:.2f} | {med[(0.0, 1)]:.1f} | {med[(0.0, 2)]:.1f} | {med[(0.0005, 1)]:.1f} | {med[(0.0005, 2)]:.1f} |")
 
 

@@ -400,7 +400,6 @@ fn kernels_attention_timing() {
     }
 }
 
-
 #[test]
 fn kernels_threshold_counts_weight_reads_of_one_token_calls() {
     let shape = |hidden, seq| BlockShape { batch: 1, seq, hidden, num_heads: 2 };
