@@ -407,13 +407,16 @@ def _termination(phase, members: list[RuleScope], line, registry) -> list[Diagno
         created = len(s.rewrite.items)
         return created < 1 + len(absorbed(s))
 
-    def feeds(a: RuleScope, b: RuleScope) -> bool:
-        """Whether b's pattern could match a node that a's rewrite puts in place of a's root."""
-        b_tree = pattern_tree(b, registry, "b")
-        return any(item.replaces and can_overlap(rewrite_tree(a, item, registry, "a"), b_tree)
-                   for item in a.rewrite.items)
+    # each rule's pattern, and what each rule puts in place of its roots, built once for all pairs
+    patterns = {name: pattern_tree(s, registry, "b") for name, s in roots.items()}
+    results = {name: [rewrite_tree(s, item, registry, "a") for item in s.rewrite.items if item.replaces]
+               for name, s in roots.items()}
 
-    edges = {a: sorted(b for b in roots if feeds(roots[a], roots[b])) for a in roots}
+    def feeds(a: str, b: str) -> bool:
+        """Whether b's pattern could match a node that a's rewrite puts in place of a's root."""
+        return any(can_overlap(made, patterns[b]) for made in results[a])
+
+    edges = {a: sorted(b for b in roots if feeds(a, b)) for a in roots}
     found, seen_cycles = [], set()
 
     def walk(start: str, node: str, path: list[str]) -> None:
