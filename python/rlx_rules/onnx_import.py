@@ -1224,13 +1224,11 @@ def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
             data.append(body)
         _native.write_npz(tmp, names, headers, data)
         os.replace(tmp, path)
-    except OSError as e:
+    except BaseException as e:  # never leave a half-written file behind
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise OnnxImportError(f"cannot write weights to {path}: {e}") from e
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        if isinstance(e, OSError):
+            raise OnnxImportError(f"cannot write weights to {path}: {e}") from e
         raise
 
 
