@@ -30,7 +30,7 @@ fn the_limit_is_checked_before_the_rest_is_validated_but_json_syntax_still_is() 
     assert_eq!(e.kind, GraphErrorKind::TooLarge);
     // broken JSON after the limit is still a JSON error
     let text = graph_of(5);
-    let e = Graph::from_json_slice_max(text[..text.len() - 20].as_bytes(), reg, 3).unwrap_err();
+    let e = Graph::from_json_slice_max(&text.as_bytes()[..text.len() - 20], reg, 3).unwrap_err();
     assert_eq!(e.kind, GraphErrorKind::Json);
 }
 
