@@ -8,19 +8,68 @@
 //! stretch; contiguous ranges of panels for row-major weights.
 
 use super::par::Par;
-use super::simd::{dispatch, Isa};
+use super::simd::{dispatch, prefetch, Isa};
 
 /// Width in floats of one weight panel, the same on every SIMD path so a packed matrix works with
 /// any of them.
 pub const NR: usize = 32;
 
+/// Weight rows ahead of the current one whose panel row the micro-kernel prefetches when it
+/// streams packed panels (4 KiB ahead): the hardware prefetcher stops at every 4 KiB page, and
+/// on a mesh-L3 Xeon (Emerald Rapids) an 8-row projection then waits on L3 latency; prefetching
+/// made K=768, N=2304 at 8 rows 1.2–1.3× faster there (see docs/kernels.md).
+const PREFETCH_ROWS: usize = 32;
+
+/// Sixteen floats aligned to a 64-byte cache line (one AVX-512 vector).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct CacheLine([f32; 16]);
+
+/// A float buffer that starts on a cache-line boundary, so that no vector load of a panel row
+/// straddles two cache lines (a plain `Vec<f32>` of this size starts 16 bytes past a page).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AlignedFloats {
+    lines: Vec<CacheLine>,
+    len: usize,
+}
+
+impl AlignedFloats {
+    pub fn zeroed(len: usize) -> Self {
+        AlignedFloats { lines: vec![CacheLine([0.0; 16]); len.div_ceil(16)], len }
+    }
+
+    /// Grows the buffer to at least `len` floats (new floats are zero).
+    pub fn grow(&mut self, len: usize) {
+        if len > self.len {
+            self.lines.resize(len.div_ceil(16), CacheLine([0.0; 16]));
+            self.len = len;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn as_slice(&self) -> &[f32] {
+        // SAFETY: `CacheLine` is `repr(C)` over `[f32; 16]` with size 64, so the lines are
+        // `16 * lines.len() >= len` contiguous, initialised floats.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<f32>(), self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [f32] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<f32>(), self.len) }
+    }
+}
+
 /// Weights `[K, N]` packed once into `ceil(N / NR)` panels, each `K × NR` contiguous and
-/// zero-padded on the right, plus the bias padded to the same width.
+/// zero-padded on the right, plus the bias padded to the same width. The panels start on a cache
+/// line, and each panel row is two whole cache lines.
 #[derive(Clone, Debug)]
 pub struct PackedWeights {
     k: usize,
     n: usize,
-    panels: Vec<f32>,
+    panels: AlignedFloats,
     bias: Option<Vec<f32>>,
 }
 
@@ -30,11 +79,11 @@ impl PackedWeights {
     pub fn pack(weights: &[f32], bias: Option<&[f32]>, k: usize, n: usize, scaled_cols: usize, scale: f32) -> Self {
         assert_eq!(weights.len(), k * n, "weights length must be k*n");
         let n_panels = n.div_ceil(NR);
-        let mut panels = vec![0.0f32; n_panels * k * NR];
+        let mut panels = AlignedFloats::zeroed(n_panels * k * NR);
         for p in 0..n_panels {
             let col0 = p * NR;
             let width = NR.min(n - col0);
-            let dst = &mut panels[p * k * NR..(p + 1) * k * NR];
+            let dst = &mut panels.as_mut_slice()[p * k * NR..(p + 1) * k * NR];
             for row in 0..k {
                 let src = &weights[row * n + col0..row * n + col0 + width];
                 for (j, &x) in src.iter().enumerate() {
@@ -67,7 +116,7 @@ impl PackedWeights {
     }
 
     pub(crate) fn as_ref(&self) -> WeightsRef<'_> {
-        WeightsRef { k: self.k, n: self.n, data: &self.panels, packed: true, bias: self.bias.as_deref() }
+        WeightsRef { k: self.k, n: self.n, data: self.panels.as_slice(), packed: true, bias: self.bias.as_deref() }
     }
 }
 
@@ -191,7 +240,7 @@ unsafe fn project_kouter(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsR
     let c = c.0;
     dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, bias: *const f32, c: *mut f32, ldc: usize, p0: usize, p1: usize) {
         match (S::LANES, S::GEMM_MR) {
-            (16, 8) => kouter::<S, 8, 2>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
+            (16, 12) => kouter::<S, 12, 2>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
             (8, 3) => kouter::<S, 3, 4>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
             (4, 3) => kouter::<S, 3, 8>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
             _ => kouter::<S, 2, { NR / 8 }>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
@@ -228,12 +277,12 @@ unsafe fn kouter<S: super::simd::Simd, const MR: usize, const NV: usize>(
                 macro_rules! rows_case {
                     ($($r:literal)*) => {
                         match rows {
-                            $($r if $r <= MR => micro::<S, $r, NV>(kg, a_r, lda, b_k, ldb, bias_p, !first, c_r, ldc),)*
+                            $($r if $r <= MR => micro::<S, $r, NV>(kg, a_r, lda, b_k, ldb, bias_p, !first, false, c_r, ldc),)*
                             _ => unreachable!(),
                         }
                     };
                 }
-                rows_case!(1 2 3 4 5 6 7 8);
+                rows_case!(1 2 3 4 5 6 7 8 9 10 11 12);
                 r0 += rows;
             }
         }
@@ -249,14 +298,13 @@ unsafe fn kouter<S: super::simd::Simd, const MR: usize, const NV: usize>(
 /// past the matrix).
 unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
     let k = w.k;
-    let mut buf = if w.packed { Vec::new() } else { PANEL_SCRATCH.with(|cell| cell.take()) };
+    let mut buf = if w.packed { AlignedFloats::default() } else { PANEL_SCRATCH.with(|cell| cell.take()) };
     let mut g0 = p0;
     while g0 < p1 {
         let g1 = if w.packed { p1 } else { p1.min(g0 + PACK_GROUP) };
         if !w.packed {
-            if buf.len() < (g1 - g0) * k * NR {
-                buf.resize(PACK_GROUP * k * NR, 0.0);
-            }
+            buf.grow(PACK_GROUP * k * NR);
+            let buf = buf.as_mut_slice();
             let (col0, col1) = (g0 * NR, (g1 * NR).min(w.n));
             for row in 0..k {
                 let src = &w.data[row * w.n + col0..row * w.n + col1];
@@ -270,7 +318,7 @@ unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsR
         for p in g0..g1 {
             let col0 = p * NR;
             let width = NR.min(w.n - col0);
-            let (bptr, ldb) = if w.packed { w.panel(p) } else { (buf[(p - g0) * k * NR..].as_ptr(), NR) };
+            let (bptr, ldb) = if w.packed { w.panel(p) } else { (buf.as_slice()[(p - g0) * k * NR..].as_ptr(), NR) };
             let mut tail_bias = [0.0f32; NR];
             let mut bias_ptr: *const f32 = w.bias.map_or(std::ptr::null(), |b| b[col0..].as_ptr());
             if !w.packed && width < NR {
@@ -281,12 +329,13 @@ unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsR
             }
             let a = a.as_ptr();
             let c = c.add(col0);
-            dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, bptr: *const f32, ldb: usize, bias_ptr: *const f32, c: *mut f32, ldc: usize, width: usize) {
+            let stream = w.packed;
+            dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, bptr: *const f32, ldb: usize, bias_ptr: *const f32, stream: bool, c: *mut f32, ldc: usize, width: usize) {
                 match (S::LANES, S::GEMM_MR) {
-                    (16, 8) => panel_rows::<S, 8, 2>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
-                    (8, 3) => panel_rows::<S, 3, 4>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
-                    (4, 3) => panel_rows::<S, 3, 8>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
-                    _ => panel_rows::<S, 2, { NR / 8 }>(m, k, a, lda, bptr, ldb, bias_ptr, c, ldc, width),
+                    (16, 12) => panel_rows::<S, 12, 2>(m, k, a, lda, bptr, ldb, bias_ptr, stream, c, ldc, width),
+                    (8, 3) => panel_rows::<S, 3, 4>(m, k, a, lda, bptr, ldb, bias_ptr, stream, c, ldc, width),
+                    (4, 3) => panel_rows::<S, 3, 8>(m, k, a, lda, bptr, ldb, bias_ptr, stream, c, ldc, width),
+                    _ => panel_rows::<S, 2, { NR / 8 }>(m, k, a, lda, bptr, ldb, bias_ptr, stream, c, ldc, width),
                 }
             });
         }
@@ -297,12 +346,15 @@ unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsR
     }
 }
 
+/// The most rows of any path's micro-kernel tile ([`super::simd::Simd::GEMM_MR`]).
+const MAX_MR: usize = 12;
+
 /// Panels of row-major weights packed together on the fly (contiguous reads of 4 × 128 bytes).
 const PACK_GROUP: usize = 4;
 
 thread_local! {
     /// Weight panels packed on the fly (PACK_GROUP × k × NR floats), reused between panels and calls.
-    static PANEL_SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    static PANEL_SCRATCH: std::cell::Cell<AlignedFloats> = std::cell::Cell::new(AlignedFloats::default());
 }
 
 /// All rows of one panel, `MR` rows at a time; a partial panel goes through a padded tile.
@@ -316,12 +368,13 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
     b: *const f32,
     ldb: usize,
     bias: *const f32,
+    stream: bool,
     c: *mut f32,
     ldc: usize,
     width: usize,
 ) {
     debug_assert_eq!(NV * S::LANES, NR);
-    let mut tile = [0.0f32; 8 * NR];
+    let mut tile = [0.0f32; MAX_MR * NR];
     let mut r0 = 0;
     while r0 < m {
         let rows = MR.min(m - r0);
@@ -330,12 +383,12 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
         macro_rules! rows_case {
             ($($r:literal)*) => {
                 match rows {
-                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, false, dst, ld),)*
+                    $($r if $r <= MR => micro::<S, $r, NV>(k, a_r, lda, b, ldb, bias, false, stream, dst, ld),)*
                     _ => unreachable!(),
                 }
             };
         }
-        rows_case!(1 2 3 4 5 6 7 8);
+        rows_case!(1 2 3 4 5 6 7 8 9 10 11 12);
         if width < NR {
             for r in 0..rows {
                 std::ptr::copy_nonoverlapping(tile.as_ptr().add(r * NR), c.add((r0 + r) * ldc), width);
@@ -347,6 +400,7 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
 
 /// `C[0..MR, 0..NV·LANES] = A[0..MR, 0..k] · B[0..k, panel] + init` with all accumulators in
 /// registers; `init` is C itself when `accumulate`, else the bias (or zero when it is null).
+/// `stream`: B is a packed panel read from far caches; prefetch it [`PREFETCH_ROWS`] rows ahead.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
@@ -357,6 +411,7 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     ldb: usize,
     bias: *const f32,
     accumulate: bool,
+    stream: bool,
     c: *mut f32,
     ldc: usize,
 ) {
@@ -377,6 +432,13 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     }
     for p in 0..k {
         let brow = b.add(p * ldb);
+        if stream {
+            // Addresses past the panel's end are fine: a prefetch never faults.
+            let ahead = brow.wrapping_add(PREFETCH_ROWS * ldb);
+            for line in (0..NV * S::LANES).step_by(16) {
+                prefetch(ahead.wrapping_add(line));
+            }
+        }
         let mut bv = [S::zero(); NV];
         for (v, x) in bv.iter_mut().enumerate() {
             *x = S::load(brow.add(v * S::LANES));
@@ -394,3 +456,5 @@ unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
         }
     }
 }
+
+

@@ -89,6 +89,19 @@ impl Isa {
     }
 }
 
+/// Asks the CPU to bring the cache line holding `p` into L1 (a hint: never faults, whatever `p`
+/// points to). A no-op off x86-64, whose stable Rust has no prefetch intrinsic elsewhere.
+#[inline(always)]
+pub(crate) fn prefetch(p: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is baseline x86-64 (SSE) and does not access memory architecturally.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Vector operations over `f32` lanes. `max`/`min` follow x86 semantics: when either operand is
 /// NaN the *second* operand is returned, so `max(lo, x)` keeps a NaN `x`.
 ///
@@ -98,7 +111,9 @@ impl Isa {
 pub(crate) trait Simd: Copy + 'static {
     type V: Copy;
     const LANES: usize;
-    /// Rows per projection micro-kernel tile (sized to the register file).
+    /// Rows per projection micro-kernel tile (sized to the register file: on AVX-512, 12 rows ×
+    /// 2 vectors of accumulators, 2 weight vectors and a broadcast fill 27 of 32 registers; a
+    /// projection of up to 12 rows then reads each weight panel once).
     const GEMM_MR: usize;
     /// Vectors per row of an attention register tile (4 rows × this many accumulators, plus
     /// operands, must fit the register file: 16 registers on AVX2, 32 on AVX-512 and NEON).
@@ -375,7 +390,7 @@ mod x86 {
     impl Simd for Avx512 {
         type V = __m512;
         const LANES: usize = 16;
-        const GEMM_MR: usize = 8;
+        const GEMM_MR: usize = 12;
         const ATTN_VECS: usize = 4;
         #[inline(always)]
         unsafe fn zero() -> __m512 {

@@ -191,6 +191,11 @@ fn kernels_block_matches_reference_on_every_path() {
         Case { b: 1, s: 70, h: 64, heads: 1, bias: true, rope: true, mask: "random" },
         Case { b: 2, s: 33, h: 70, heads: 5, bias: true, rope: true, mask: "padded" },
         Case { b: 1, s: 130, h: 36, heads: 2, bias: true, rope: false, mask: "padded" },
+        // 9 and 11 rows: every row count of the AVX-512 tile (12) appears as a remainder above or here.
+        Case { b: 3, s: 3, h: 40, heads: 2, bias: true, rope: false, mask: "random" },
+        Case { b: 1, s: 11, h: 96, heads: 3, bias: false, rope: true, mask: "padded" },
+        Case { b: 1, s: 8, h: 64, heads: 4, bias: true, rope: false, mask: "ones" },
+        Case { b: 1, s: 12, h: 32, heads: 1, bias: true, rope: false, mask: "none" },
     ];
     for (i, c) in cases.iter().enumerate() {
         run_case(c, 17 + i as u64);
@@ -401,6 +406,21 @@ fn kernels_attention_timing() {
 }
 
 #[test]
+fn kernels_packed_panels_start_on_a_cache_line() {
+    let (k, n) = (5usize, 70usize);
+    let w = Rng(9).vec(k * n, 1.0);
+    for _ in 0..4 {
+        let packed = PackedWeights::pack(&w, None, k, n, 0, 1.0);
+        let data = packed.as_ref().data;
+        assert_eq!(data.as_ptr() as usize % 64, 0, "panels must start on a 64-byte boundary");
+        assert_eq!(data.len(), n.div_ceil(32) * k * 32);
+        // Panel 1, row 2, column 3 holds w[2, 35]; the padding past column 70 is zero.
+        assert_eq!(data[(k + 2) * 32 + 3], w[2 * n + 35]);
+        assert_eq!(data[(2 * k + 4) * 32 + 31], 0.0);
+    }
+}
+
+#[test]
 fn kernels_threshold_counts_weight_reads_of_one_token_calls() {
     let shape = |hidden, seq| BlockShape { batch: 1, seq, hidden, num_heads: 2 };
     // Many rows: the flops decide.
@@ -481,3 +501,4 @@ fn kernels_pool_vs_rayon() {
         println!("calls {} µs apart: {}", gap.as_micros(), line.join(", "));
     }
 }
+
