@@ -196,6 +196,8 @@ fn kernels_block_matches_reference_on_every_path() {
         Case { b: 1, s: 11, h: 96, heads: 3, bias: false, rope: true, mask: "padded" },
         Case { b: 1, s: 8, h: 64, heads: 4, bias: true, rope: false, mask: "ones" },
         Case { b: 1, s: 12, h: 32, heads: 1, bias: true, rope: false, mask: "none" },
+        // 200 rows: a projection on packed weights walks them in two row groups (192 + 8).
+        Case { b: 2, s: 100, h: 64, heads: 4, bias: true, rope: false, mask: "padded" },
     ];
     for (i, c) in cases.iter().enumerate() {
         run_case(c, 17 + i as u64);
