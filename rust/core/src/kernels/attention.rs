@@ -259,7 +259,6 @@ impl Item<'_> {
         sc.row_max[..rows].fill(f32::NEG_INFINITY);
         sc.row_sum[..rows].fill(0.0);
         sc.acc[..rows * d_pad].fill(0.0);
-        let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
         for kb in 0..k_blocks {
             let k0 = kb * bc;
             let nk = bc.min(seq_k - k0);
@@ -278,51 +277,26 @@ impl Item<'_> {
                 } else {
                     score_rows::<S, 1, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
                 }
-                // Masks, padding, then the online-softmax update of every row.
-                for r in r0..r0 + take {
-                    let srow = &mut sc.scores[(r - r0) * bc..(r - r0 + 1) * bc];
-                    if causal && k0 + nk > q0 + r + 1 {
+                // Causal masks, then the online-softmax update of every row.
+                if causal {
+                    for r in r0..r0 + take {
                         let qpos = q0 + r;
-                        for (j, s) in srow[..nk].iter_mut().enumerate() {
-                            if k0 + j > qpos {
-                                *s = MASKED_SCORE;
+                        if k0 + nk > qpos + 1 {
+                            let srow = &mut sc.scores[(r - r0) * bc..(r - r0) * bc + nk];
+                            for (j, s) in srow.iter_mut().enumerate() {
+                                if k0 + j > qpos {
+                                    *s = MASKED_SCORE;
+                                }
                             }
                         }
                     }
-                    let sp = srow.as_mut_ptr();
-                    let mut x = [neg_inf; NV];
-                    let mut vmax = neg_inf;
-                    for (c, xc) in x.iter_mut().enumerate() {
-                        *xc = S::load(sp.add(c * lanes));
-                        if has_keep {
-                            *xc = S::select_lt(S::load(kp.add(c * lanes)), half, masked, *xc);
-                        }
-                        if nk < bc {
-                            *xc = S::select_lt(S::load(pp.add(c * lanes)), half, *xc, neg_inf);
-                        }
-                        vmax = S::max(vmax, *xc);
-                    }
-                    let old_max = sc.row_max[r];
-                    let new_max = max_keep_nan(old_max, S::hmax(vmax));
-                    let m = S::splat(new_max);
-                    let mut vsum = S::zero();
-                    for (c, xc) in x.iter().enumerate() {
-                        let p = S::exp(S::sub(*xc, m));
-                        S::store(sp.add(c * lanes), p);
-                        vsum = S::add(vsum, p);
-                    }
-                    // (Skips the exp when the max did not move; NaN rows still go through it.)
-                    let correction = if old_max == new_max { 1.0 } else { exp_scalar(old_max - new_max) };
-                    sc.row_max[r] = new_max;
-                    sc.row_sum[r] = sc.row_sum[r] * correction + S::hsum(vsum);
-                    // Rescale this row's output accumulator.
-                    if correction != 1.0 {
-                        let cv = S::splat(correction);
-                        let ap = sc.acc[r * d_pad..].as_mut_ptr();
-                        for c in 0..d_vecs {
-                            S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), cv));
-                        }
-                    }
+                }
+                let (sp, mp, sump, ap) = (sc.scores.as_mut_ptr(), sc.row_max[r0..].as_mut_ptr(), sc.row_sum[r0..].as_mut_ptr(), sc.acc[r0 * d_pad..].as_mut_ptr());
+                let keep_pad = (has_keep.then_some(kp), (nk < bc).then_some(pp));
+                if take == ROW_GROUP {
+                    softmax_rows::<S, ROW_GROUP, NV>(sp, keep_pad, mp, sump, ap, d_pad, d_vecs);
+                } else {
+                    softmax_rows::<S, 1, NV>(sp, keep_pad, mp, sump, ap, d_pad, d_vecs);
                 }
                 // acc += P · V for these rows, head_dim ATTN_VECS vectors at a time.
                 let mut c0 = 0;
@@ -364,6 +338,65 @@ impl Item<'_> {
                 } else {
                     S::store_partial(op.add(c * lanes), x, n);
                 }
+            }
+        }
+    }
+}
+
+/// Online-softmax update of `R` rows of scores `s` (stride `NV·LANES`) against one key block:
+/// masks (`keep[j] < 0.5`: masked score; `pad[j] >= 0.5`: not a key), each row's new max, its
+/// scores replaced by `exp(score - max)`, its running sum and output accumulator rescaled. The
+/// rows go through each step together, so their reductions and `exp`s overlap.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn softmax_rows<S: Simd, const R: usize, const NV: usize>(
+    s: *mut f32,
+    (keep, pad): (Option<*const f32>, Option<*const f32>),
+    row_max: *mut f32,
+    row_sum: *mut f32,
+    acc: *mut f32,
+    acc_stride: usize,
+    d_vecs: usize,
+) {
+    let lanes = S::LANES;
+    let bc = NV * lanes;
+    let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
+    let mut x = [[neg_inf; NV]; R];
+    let mut new_max = [0.0f32; R];
+    for (r, xr) in x.iter_mut().enumerate() {
+        let mut vmax = neg_inf;
+        for (c, xc) in xr.iter_mut().enumerate() {
+            *xc = S::load(s.add(r * bc + c * lanes));
+            if let Some(kp) = keep {
+                *xc = S::select_lt(S::load(kp.add(c * lanes)), half, masked, *xc);
+            }
+            if let Some(pp) = pad {
+                *xc = S::select_lt(S::load(pp.add(c * lanes)), half, *xc, neg_inf);
+            }
+            vmax = S::max(vmax, *xc);
+        }
+        new_max[r] = max_keep_nan(*row_max.add(r), S::hmax(vmax));
+    }
+    let mut vsum = [S::zero(); R];
+    for (r, xr) in x.iter().enumerate() {
+        let m = S::splat(new_max[r]);
+        for (c, xc) in xr.iter().enumerate() {
+            let p = S::exp(S::sub(*xc, m));
+            S::store(s.add(r * bc + c * lanes), p);
+            vsum[r] = S::add(vsum[r], p);
+        }
+    }
+    for r in 0..R {
+        let old_max = *row_max.add(r);
+        // (Skips the exp when the max did not move; NaN rows still go through it.)
+        let correction = if old_max == new_max[r] { 1.0 } else { exp_scalar(old_max - new_max[r]) };
+        *row_max.add(r) = new_max[r];
+        *row_sum.add(r) = *row_sum.add(r) * correction + S::hsum(vsum[r]);
+        if correction != 1.0 {
+            let cv = S::splat(correction);
+            let ap = acc.add(r * acc_stride);
+            for c in 0..d_vecs {
+                S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), cv));
             }
         }
     }
