@@ -504,9 +504,9 @@ fn kernels_pool_vs_rayon() {
     }
 }
 
-/// Where a BERT-base block's time goes, 1 and 2 threads (median of 40 calls; a probe, not a test
-/// of speed): the whole prepared block against its two projections alone; the difference is
-/// attention and hand-offs. `cargo test --release -p rlx-rules-core kernels_block_phase_timing --
+/// Where a block's time goes (BERT-base at 1 to 64 tokens, H=384 at 8×128), 1 and 2 threads
+/// (medians; a probe, not a test of speed): the whole prepared block against its two projections
+/// alone; the difference is attention and hand-offs. `cargo test --release -p rlx-rules-core kernels_block_phase_timing --
 /// --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -514,41 +514,43 @@ fn kernels_block_phase_timing() {
     use super::gemm::project;
     use super::par::Par;
     use std::time::Instant;
-    let (h, heads) = (768usize, 12usize);
-    let mut rng = Rng(5);
-    let qkv_w = rng.vec(h * 3 * h, 0.05);
-    let out_w = rng.vec(h * h, 0.05);
-    let block = PreparedAttentionBlock::new(h, heads, BlockWeights { qkv_w: &qkv_w, qkv_b: None, out_w: &out_w, out_b: None }).unwrap();
-    let pq = PackedWeights::pack(&qkv_w, None, h, 3 * h, 0, 1.0);
-    let po = PackedWeights::pack(&out_w, None, h, h, 0, 1.0);
     let isa = Isa::select(None);
-    for threads in [1usize, 2] {
-        for s in [1usize, 8, 16, 64] {
-            let x = rng.vec(s * h, 1.0);
-            let mut out = vec![0.0f32; s * h];
-            let mut qkv = vec![0.0f32; s * 3 * h];
-            let mut ctx = vec![0.0f32; s * h];
+    for (h, b, s) in [(768usize, 1usize, 1usize), (768, 1, 8), (768, 1, 16), (768, 1, 64), (384, 8, 128)] {
+        let heads = h / 64;
+        let mut rng = Rng(5);
+        let qkv_w = rng.vec(h * 3 * h, 0.05);
+        let out_w = rng.vec(h * h, 0.05);
+        let block = PreparedAttentionBlock::new(h, heads, BlockWeights { qkv_w: &qkv_w, qkv_b: None, out_w: &out_w, out_b: None }).unwrap();
+        let pq = PackedWeights::pack(&qkv_w, None, h, 3 * h, 0, 1.0);
+        let po = PackedWeights::pack(&out_w, None, h, h, 0, 1.0);
+        let m = b * s;
+        for threads in [1usize, 2] {
+            let x = rng.vec(m * h, 1.0);
+            let mut out = vec![0.0f32; m * h];
+            let mut qkv = vec![0.0f32; m * 3 * h];
+            let mut ctx = vec![0.0f32; m * h];
             let opts = RunOptions { threads: Some(threads), isa: None };
             let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
-            for _ in 0..40 {
+            for _ in 0..(4000 / m).clamp(5, 40) {
                 let t0 = Instant::now();
-                block.run(1, s, &x, None, None, opts, &mut out).unwrap();
+                block.run(b, s, &x, None, None, opts, &mut out).unwrap();
                 t[0].push(t0.elapsed().as_secs_f64() * 1e6);
                 let t0 = Instant::now();
-                Par::run(threads, f64::INFINITY, |par| project(isa, &par, s, &x, h, pq.as_ref(), &mut qkv, 3 * h));
+                Par::run(threads, f64::INFINITY, |par| project(isa, &par, m, &x, h, pq.as_ref(), &mut qkv, 3 * h));
                 t[1].push(t0.elapsed().as_secs_f64() * 1e6);
                 let t0 = Instant::now();
-                Par::run(threads, f64::INFINITY, |par| project(isa, &par, s, &x, h, po.as_ref(), &mut ctx, h));
+                Par::run(threads, f64::INFINITY, |par| project(isa, &par, m, &x, h, po.as_ref(), &mut ctx, h));
                 t[2].push(t0.elapsed().as_secs_f64() * 1e6);
                 let t0 = Instant::now();
                 Par::run(threads, f64::INFINITY, |par| {
-                    project(isa, &par, s, &x, h, pq.as_ref(), &mut qkv, 3 * h);
-                    project(isa, &par, s, &x, h, po.as_ref(), &mut ctx, h);
+                    project(isa, &par, m, &x, h, pq.as_ref(), &mut qkv, 3 * h);
+                    project(isa, &par, m, &x, h, po.as_ref(), &mut ctx, h);
                 });
                 t[3].push(t0.elapsed().as_secs_f64() * 1e6);
             }
             let med: Vec<String> = t.iter_mut().map(|v| { v.sort_by(|a, b| a.total_cmp(b)); format!("{:.0}", v[v.len() / 2]) }).collect();
-            println!("threads={threads} S={s}: block {} | qkv {} | out {} | qkv+out {}", med[0], med[1], med[2], med[3]);
+            println!("H={h} {b}x{s} threads={threads}: block {} | qkv {} | out {} | qkv+out {}", med[0], med[1], med[2], med[3]);
         }
     }
 }
+
