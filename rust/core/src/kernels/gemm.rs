@@ -18,7 +18,8 @@ pub const NR: usize = 32;
 /// Weight rows ahead of the current one whose panel row the micro-kernel prefetches when it
 /// streams packed panels (4 KiB ahead): the hardware prefetcher stops at every 4 KiB page, and
 /// on a mesh-L3 Xeon (Emerald Rapids) an 8-row projection then waits on L3 latency; prefetching
-/// made K=768, N=2304 at 8 rows 1.2–1.3× faster there (see docs/kernels.md).
+/// made K=768, N=2304 at 8 rows 1.10× (quiet machine) to 1.30× (contended L3) faster there (see
+/// docs/kernels.md).
 const PREFETCH_ROWS: usize = 32;
 
 /// Rows of A that one pass over the packed panels covers. With more rows, a projection walks the
