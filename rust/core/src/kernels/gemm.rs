@@ -241,8 +241,11 @@ pub(crate) fn project(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: W
 /// Up to this many rows, row-major weights are read k-group by k-group across all of a task's
 /// panels (sequential streams the prefetcher follows), with C kept in L2 between groups.
 const KOUTER_MAX_ROWS: usize = 16;
-/// Weight rows per k-group of the k-outer order.
-const KGROUP: usize = 8;
+/// Weight rows per k-group of the k-outer order. Each group reads and writes C once, so a larger
+/// group moves less C per weight; 16 rows against 8 on AMD Zen 4 (medians of eight alternating
+/// probe runs): 1.1–1.2× faster on AVX-512 and 1.2–1.7× on AVX2 for M = 1 to 16, while 32 rows
+/// (32 streams at once) was slower than 16.
+const KGROUP: usize = 16;
 
 /// Full panels `[p0, p1)` of row-major weights, k-outer order.
 #[allow(clippy::too_many_arguments)]
