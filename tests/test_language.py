@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 import rlx_rules
-from rlx_rules.parse import parse_text
+from rlx_rules.lang.parse import parse_text
 
 HERE = pathlib.Path(__file__).parent
 FAIL = sorted((HERE / "rules" / "fail").glob("*.rlxr"))

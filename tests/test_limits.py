@@ -9,8 +9,9 @@ import pytest
 
 import rlx_rules
 from rlx_rules import _native
-from rlx_rules.check import MAX_EXPR_DEPTH, MAX_PATTERN_NODES
-from rlx_rules.parse import MAX_INCLUDE_DEPTH, MAX_NESTING, MAX_SOURCE_BYTES, MAX_TREE_DEPTH
+from rlx_rules.lang.exprtypes import MAX_EXPR_DEPTH
+from rlx_rules.lang.scope import MAX_PATTERN_NODES
+from rlx_rules.lang.parse import MAX_INCLUDE_DEPTH, MAX_NESTING, MAX_SOURCE_BYTES, MAX_TREE_DEPTH
 
 
 def chain_graph(n: int) -> dict:

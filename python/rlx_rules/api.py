@@ -8,15 +8,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
-from . import _native, ast
-from .analyze import analyze
-from .check import check
-from .compile import compile_program
+from . import _native
+from .lang import ast
+from .lang.analyze import analyze
+from .lang.check import check
+from .lang.compile import compile_program
 from .errors import Diagnostic, RuleError
 from .graph import Graph, load_graph
-from .params import ParamValue, resolve
-from .parse import parse_files, parse_text
-from .registry import Registry, builtin_registry
+from .lang.params import ParamValue, resolve
+from .lang.parse import parse_files, parse_text
+from .lang.registry import Registry, builtin_registry
 from .report import Report
 
 PathLike = Union[str, os.PathLike]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .ast import Loc
+from .lang.ast import Loc
 
 
 class RlxRulesError(Exception):

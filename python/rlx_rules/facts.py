@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from .check import FACTS  # the fact names has_fact() accepts (kept there, free of numpy, for the rule checker)
+from .lang.exprtypes import FACTS  # the fact names has_fact() accepts (kept there, free of numpy, for the rule checker)
 
 # the most a masked score may be for causal_bias: exp() of it is 0 in float32 and float64 next to any real score
 MASKED_MAX = -1e30

@@ -905,7 +905,7 @@ _FOLDERS = {
 
 def _rlx_ops_named(op: str) -> bool:
     """True if `op` is the name of an RLX op in the registry (so an unmapped ONNX op must not take it)."""
-    from .registry import builtin_registry
+    from .lang.registry import builtin_registry
 
     spec = builtin_registry().get(op)
     return spec is not None and op not in _onnx_only_ops()

@@ -165,7 +165,7 @@ def to_rlx_json(graph, *, allow_non_rlx: bool = False) -> dict:
     (RLX's ids are positions). Symbolic dims get Dynamic indices: "dyn<k>" keeps k, other names take the free
     indices in order of appearance. Ops that only exist in ONNX are refused unless `allow_non_rlx`."""
     from .graph import load_graph
-    from .registry import builtin_registry
+    from .lang.registry import builtin_registry
     from .onnx_import import _onnx_only_ops
 
     data = load_graph(graph).to_dict()

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from .registry import Registry, builtin_registry
+from .lang.registry import Registry, builtin_registry
 
 LEAF_SHAPE = [2, 4, 24]
 MAX_ROUNDS = 60

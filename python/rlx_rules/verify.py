@@ -215,7 +215,7 @@ def param_mutants(declared: list[dict], params: dict) -> Iterator[tuple[str, dic
 
 
 def _enum_values() -> dict:
-    from .registry import builtin_registry
+    from .lang.registry import builtin_registry
 
     return {(op, attr): spec.values for op, ops in builtin_registry().ops.items()
             for attr, spec in ops.attrs.items() if spec.values}

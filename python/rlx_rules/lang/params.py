@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from .errors import ParamError
+from ..errors import ParamError
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

@@ -6,7 +6,8 @@ import os
 from typing import Optional
 
 from . import ast
-from .check import CheckedRules, RuleScope, absorbed, literal_value, pattern_children
+from .exprtypes import literal_value
+from .scope import CheckedRules, RuleScope, absorbed, pattern_children
 from .registry import Registry
 
 PROGRAM_FORMAT = "rlx-program"

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import ast
-from .check import CheckedRules, RuleScope, absorbed, pattern_children
-from .errors import Diagnostic
+from .scope import CheckedRules, RuleScope, absorbed, pattern_children
+from ..errors import Diagnostic
 
 MAX_DEPTH = 8
 

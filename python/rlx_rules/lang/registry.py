@@ -76,5 +76,5 @@ class Registry:
 @functools.lru_cache(maxsize=1)
 def builtin_registry() -> Registry:
     """The registry shipped in the package (rlx_rules/data/ops.json)."""
-    text = resources.files(__package__).joinpath("data/ops.json").read_text(encoding="utf-8")
+    text = resources.files("rlx_rules").joinpath("data/ops.json").read_text(encoding="utf-8")
     return Registry.from_json(text)

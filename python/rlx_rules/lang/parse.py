@@ -9,7 +9,7 @@ import lark
 from lark import Transformer, v_args
 
 from . import ast
-from .errors import Diagnostic, RuleError
+from ..errors import Diagnostic, RuleError
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_NESTING = 200
