@@ -99,7 +99,7 @@ def stack_bert(n_layers: int, out_path: str, src: Path = CORPUS / "bert.onnx") -
 # ---- counting -------------------------------------------------------------------------------------------------
 def ours(path: str, workdir: str) -> dict:
     import rlx_rules
-    from rlx_rules.onnx_import import import_onnx
+    from rlx_rules.onnx.importer import import_onnx
 
     gpath = os.path.join(workdir, Path(path).name.replace(".onnx", ".graph.json"))
     _remove_outputs(gpath)  # a fresh import (replacing old files makes ext4 flush them on the rename)
@@ -116,7 +116,7 @@ def ours(path: str, workdir: str) -> dict:
 
 
 def _remove_outputs(gpath: str) -> None:
-    from rlx_rules.onnx_import import default_weights_path
+    from rlx_rules.onnx.weights import default_weights_path
 
     for p in (gpath, default_weights_path(gpath)):
         if os.path.exists(p):
@@ -124,9 +124,9 @@ def _remove_outputs(gpath: str) -> None:
 
 
 def ours_in_memory(path: str) -> float:
-    """Import without writing files (rlx_rules.onnx_import.convert) plus apply: seconds."""
+    """Import without writing files (rlx_rules.onnx.importer.convert) plus apply: seconds."""
     import rlx_rules
-    from rlx_rules.onnx_import import convert
+    from rlx_rules.onnx.importer import convert
 
     rules = rlx_rules.load_rules(str(RULES))
     t0 = time.perf_counter()
@@ -175,7 +175,7 @@ def fmt_counts(c: dict, keys) -> str:
 def table(args) -> None:
     import onnxruntime as ort
     import rlx_rules
-    import rlx_rules.onnx_ops  # noqa: F401 - interpreter semantics of ONNX-only ops
+    import rlx_rules.onnx.ops  # noqa: F401 - interpreter semantics of ONNX-only ops
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -273,17 +273,18 @@ def phases(args) -> None:
     import functools
 
     import rlx_rules
-    from rlx_rules import facts, onnx_import
+    from rlx_rules import facts
+    from rlx_rules.onnx import converter, importer, model
     from rlx_rules.graph import Graph
 
     import onnx
 
     steps = [(onnx, "load", "read and parse the model (onnx.load)"),
-             (onnx_import, "_infer_shapes_light", "ONNX shape inference"),
-             (onnx_import._Converter, "run", "node conversion (value info, folding, RLX nodes, prune)"),
+             (model, "_infer_shapes_light", "ONNX shape inference"),
+             (converter.Converter, "run", "node conversion (value info, folding, RLX nodes, prune)"),
              (facts, "annotate", "value facts of the weights"),
              (Graph, "from_dict", "Graph.from_dict (json.dumps + validation)"),
-             (onnx_import, "save_weights", "weights .npz written"),
+             (importer, "save_weights", "weights .npz written"),
              (Graph, "write", "graph.json written")]
     spent: dict = {}
     originals = []
@@ -309,7 +310,7 @@ def phases(args) -> None:
                 spent.clear()
                 _remove_outputs(os.path.join(tmp, "out.graph.json"))  # a fresh import, as in `speed`
                 t0 = time.perf_counter()
-                graph = onnx_import.import_onnx(path, os.path.join(tmp, "out.graph.json"))
+                graph = importer.import_onnx(path, os.path.join(tmp, "out.graph.json"))
                 t1 = time.perf_counter()
                 rules.apply(graph)
                 t2 = time.perf_counter()

@@ -4,7 +4,7 @@
     python tests/make_onnx_rule_examples.py --check  # only check that the files on disk are up to date
 
 Each example is a small ONNX model built with onnx.helper (one GELU, one RMSNorm, one Gemm, one attention
-block, ...), imported with rlx_rules.onnx_import.convert (value facts annotated, weights dropped: verify draws
+block, ...), imported with rlx_rules.onnx.importer.convert (value facts annotated, weights dropped: verify draws
 random values that keep the facts) and then brought to the state in which its rules' phase sees it: the lifting
 phases before that phase are applied. `rlx-rules verify rules/onnx/default.rlxr` applies each rule alone on
 the examples it names (`expect fires N on "examples/NAME.graph.json"`), compares the values before and after,
@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 
 import rlx_rules
 from rlx_rules.api import RuleSet
-from rlx_rules.onnx_import import convert
+from rlx_rules.onnx.importer import convert
 from rlx_rules.verify import single_rule_program
 
 import onnx_models  # tests/: the ONNX model builders shared with the ONNX tests

@@ -673,14 +673,14 @@ def test_an_op_without_semantics_is_a_clear_error():
 
 def test_every_rlx_op_of_the_registry_has_semantics():
     import pathlib
-    ops = json.loads((pathlib.Path(interpret.__file__).parent / "data" / "ops.json").read_text())["ops"]
+    ops = json.loads((pathlib.Path(rlx_rules.__file__).parent / "data" / "ops.json").read_text())["ops"]
     rlx_ops = {name for name, spec in ops.items() if not str(spec.get("rlx", "")).startswith("ONNX-only")}
     assert len(rlx_ops) >= 72
     assert sorted(rlx_ops - set(interpret.supported_ops())) == []
 
 
 def test_onnx_only_ops_load_their_semantics_on_first_use():
-    """A fresh process runs an imported graph's ONNX-only ops (here Erf) without importing rlx_rules.onnx_ops."""
+    """A fresh process runs an imported graph's ONNX-only ops (here Erf) without importing rlx_rules.onnx.ops."""
     import subprocess
     import sys
 

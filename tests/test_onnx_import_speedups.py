@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from rlx_rules.errors import OnnxImportError
-from rlx_rules.onnx_import import convert, load_model, save_weights
+from rlx_rules.onnx.importer import convert
+from rlx_rules.onnx.model import load_model
+from rlx_rules.onnx.weights import save_weights
 
 
 
@@ -191,7 +193,7 @@ def test_tensor_array_equals_to_array():
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from rlx_rules.onnx_import import _tensor_array
+    from rlx_rules.onnx.common import tensor_array
 
     rng = np.random.default_rng(2)
     tensors = []
@@ -207,7 +209,7 @@ def test_tensor_array_equals_to_array():
                 helper.make_tensor("strings", TensorProto.STRING, [2], [b"a", b"bc"]),
                 helper.make_tensor("empty", TensorProto.FLOAT, [0, 3], b"", raw=True)]
     for t in tensors:
-        ref, got = numpy_helper.to_array(t), _tensor_array(t)
+        ref, got = numpy_helper.to_array(t), tensor_array(t)
         assert got.dtype == ref.dtype and got.shape == ref.shape, t.name
         assert got.tobytes() == ref.tobytes() if ref.dtype != object else got.tolist() == ref.tolist()
 
@@ -216,7 +218,7 @@ def test_import_leaves_the_garbage_collector_as_it_was(tmp_path):
     import gc
 
     onnx = pytest.importorskip("onnx")
-    from rlx_rules.onnx_import import import_onnx
+    from rlx_rules.onnx.importer import import_onnx
 
     path = tmp_path / "w.onnx"
     onnx.save(_weights_model(onnx), str(path))

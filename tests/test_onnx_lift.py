@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import rlx_rules  # noqa: E402
 from rlx_rules.interpret import load_weights  # noqa: E402
-from rlx_rules.onnx_import import import_onnx  # noqa: E402
+from rlx_rules.onnx.importer import import_onnx  # noqa: E402
 
 from onnx_models import Dims, bert_attention, const  # noqa: E402 - tests/: the shared ONNX model builders
 

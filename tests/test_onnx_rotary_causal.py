@@ -17,7 +17,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from rlx_rules.interpret import load_weights  # noqa: E402
-from rlx_rules.onnx_import import convert, import_onnx  # noqa: E402
+from rlx_rules.onnx.importer import convert, import_onnx  # noqa: E402
 
 from onnx_models import Dims, llama_attention  # noqa: E402 - tests/: the shared ONNX model builders
 

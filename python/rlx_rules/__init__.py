@@ -25,7 +25,7 @@ def __getattr__(name: str):
 
         return getattr(kernels, name)
     if name == "run":  # the reference interpreter (numpy too): also loaded on first use
-        from .interpret import run
+        from .interpret.core import run
 
         return run
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,13 +30,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     src = args.model
     try:
         if src.endswith(".onnx") or args.format == "onnx":
-            from .onnx_import import import_onnx
+            from .onnx.importer import import_onnx
             graph = import_onnx(src, args.output, weights_path=args.weights, inline_max_elements=args.inline_max)
         else:
             if _is_graph_json(src):
                 print(f"error: {src} is already a graph.json (format \"rlx-graph\")", file=sys.stderr)
                 return ExitCode.USAGE
-            from .rlx_json import import_rlx_json
+            from .onnx.rlx_json import import_rlx_json
             graph = import_rlx_json(src, args.output)
     except OnnxImportError as e:
         print(f"error: {src}: {e}", file=sys.stderr)
@@ -59,7 +59,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from .cli import ExitCode
     from .graph import Graph
-    from .rlx_json import export_rlx_json
+    from .onnx.rlx_json import export_rlx_json
 
     graph = Graph.load(args.graph)  # a GraphError here is reported by the main CLI (exit code graph_error)
     try:

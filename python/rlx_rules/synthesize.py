@@ -146,7 +146,8 @@ class Skeleton:
 
     # ---- shapes, by running the ops ----
     def infer_shapes(self) -> None:
-        from .interpret import _OPS, Interpreter
+        from .interpret.core import Interpreter
+        from .interpret.optable import OPS
 
         runner = Interpreter({"format": "rlx-graph", "version": 1, "nodes": [], "outputs": []})
         self.consistent = True
@@ -160,7 +161,7 @@ class Skeleton:
                     continue
                 args = [values[i] for i in n["inputs"]]
                 try:
-                    out = np.asarray(_OPS[n["op"]](runner, _as_node(nid, n), args))
+                    out = np.asarray(OPS[n["op"]](runner, _as_node(nid, n), args))
                 except Exception as err:  # noqa: BLE001 - any failure means the operands need repair
                     try:
                         self.repair_op(nid, err, values)

@@ -110,7 +110,7 @@ def guard_texts(program: dict, rule: dict) -> list[str]:
 
 def same_values(before: Graph, after: Graph, seed: int) -> Optional[str]:
     """None if the graphs compute the same outputs on random values, else what differed."""
-    from .interpret import random_values, run
+    from .interpret.core import random_values, run
 
     inputs, params = random_values(before, seed=seed, scale=0.5)
     try:
@@ -131,7 +131,7 @@ def same_values(before: Graph, after: Graph, seed: int) -> Optional[str]:
 
 
 def runnable(graph: Graph, seed: int) -> bool:
-    from .interpret import random_values, run
+    from .interpret.core import random_values, run
 
     try:
         run(graph, *random_values(graph, seed=seed))

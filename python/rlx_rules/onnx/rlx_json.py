@@ -9,7 +9,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from .errors import GraphError
+from ..errors import GraphError
 
 # RLX's DType variants (serde: unit variants as strings) <-> graph.json dtype strings.
 DTYPE_TO_RLX = {"f32": "F32", "f16": "F16", "bf16": "BF16", "f64": "F64", "i8": "I8", "i16": "I16", "i32": "I32",
@@ -59,7 +59,7 @@ def _constant_value(data: list, shape: Optional[list], dtype: Optional[str]) -> 
     raw = np.frombuffer(bytes(data), dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<"))
     if raw.size != int(np.prod(shape, dtype=np.int64)):
         return None
-    from .onnx_import import value_to_json  # the same JSON form as the ONNX importer's constants
+    from .common import value_to_json  # the same JSON form as the ONNX importer's constants
     return value_to_json(raw.reshape(shape))
 
 
@@ -138,7 +138,7 @@ def from_rlx_json(data: Union[str, bytes, dict]) -> dict:
 
 def import_rlx_json(path_or_data, output_path=None):
     """A Graph from RLX's serde JSON (a path, a JSON string or a dict); written to `output_path` if given."""
-    from .graph import Graph
+    from ..graph import Graph
 
     if isinstance(path_or_data, (str, os.PathLike)) and not str(path_or_data).lstrip().startswith("{"):
         try:
@@ -164,12 +164,12 @@ def to_rlx_json(graph, *, allow_non_rlx: bool = False) -> dict:
     """RLX's serde JSON for `graph` (a Graph, path or dict). Nodes are renumbered 0..n-1 in topological order
     (RLX's ids are positions). Symbolic dims get Dynamic indices: "dyn<k>" keeps k, other names take the free
     indices in order of appearance. Ops that only exist in ONNX are refused unless `allow_non_rlx`."""
-    from .graph import load_graph
-    from .lang.registry import builtin_registry
-    from .onnx_import import _onnx_only_ops
+    from ..graph import load_graph
+    from ..lang.registry import builtin_registry
+    from .common import onnx_only_ops
 
     data = load_graph(graph).to_dict()
-    onnx_only = _onnx_only_ops()
+    onnx_only = onnx_only_ops()
     bad = sorted({n["op"] for n in data["nodes"] if n["op"] in onnx_only})
     if bad and not allow_non_rlx:
         raise GraphError(f"ops without an RLX variant cannot be exported to RLX JSON: {', '.join(bad)} "

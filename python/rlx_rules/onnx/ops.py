@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .interpret import erf, register_op
+from ..interpret.numerics import erf
+from ..interpret.optable import register_op
 
 
 def _ints(v) -> list[int]:

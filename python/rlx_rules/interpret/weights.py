@@ -1,0 +1,44 @@
+"""Weights of a graph: the path of its "weights" .npz and loading it."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+from ..errors import GraphError
+from ..graph import Graph, load_graph
+
+
+def _graph_extra(graph: Graph) -> dict:
+    return graph.to_dict()
+
+
+def weights_path(graph: Graph) -> Optional[str]:
+    """The path of the graph's ``"weights"`` file (relative to the graph file), or None when it names none."""
+    ref = _graph_extra(graph).get("weights")
+    if ref is None:
+        return None
+    if not isinstance(ref, str) or not ref:
+        raise GraphError(f'field "weights" must be a file name (a string), found {ref!r}')
+    if os.path.isabs(ref):
+        return ref
+    source = getattr(graph, "source_path", None)
+    if source is None:
+        raise GraphError(f'the graph names weights "{ref}" relative to its file, but it was not loaded from a file; '
+                         "load it with rlx_rules.load_graph(path) or pass params")
+    return os.path.join(os.path.dirname(os.path.abspath(source)), ref)
+
+
+def load_weights(graph) -> dict[str, np.ndarray]:
+    """The arrays of the graph's ``"weights"`` .npz, keyed by Param/Constant name ({} when it names none)."""
+    graph = load_graph(graph)
+    path = weights_path(graph)
+    if path is None:
+        return {}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError) as e:
+        raise GraphError(f'cannot read the weights file {path} (field "weights"): {e}') from e

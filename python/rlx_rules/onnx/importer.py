@@ -1,0 +1,47 @@
+"""ONNX import: an ONNX model becomes a graph.json in RLX vocabulary plus a weights .npz beside it."""
+
+from __future__ import annotations
+
+import os
+
+from .. import facts
+from .common import OnnxImport, gc_paused
+from .converter import Converter
+from .model import load_model
+from .weights import default_weights_path, save_weights
+
+
+def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
+    """Convert in memory: graph.json as a dict (without the "weights" field) and the weights by Param name."""
+    model = load_model(model_or_path)
+    c = Converter(model, inline_max_elements)
+    graph = c.run()
+    facts.annotate(graph, c.weights)  # what the weights guarantee (duplicated rotary halves, causal masks)
+    return OnnxImport(graph, c.weights, c.warnings)
+
+
+def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_max_elements: int = 16):
+    """Import an ONNX model as a Graph. With `output_path`, write the graph there and the weights beside it
+    (NAME.weights.npz, or `weights_path`), and point the graph's "weights" field at them."""
+    with gc_paused():
+        return _import_onnx(model_or_path, output_path, weights_path, inline_max_elements)
+
+
+def _import_onnx(model_or_path, output_path, weights_path, inline_max_elements: int):
+    from ..graph import Graph
+
+    result = convert(model_or_path, inline_max_elements=inline_max_elements)
+    data = result.graph
+    if output_path is not None:
+        output_path = os.fspath(output_path)
+        wpath = os.fspath(weights_path) if weights_path is not None else default_weights_path(output_path)
+        graph_dir = os.path.dirname(os.path.abspath(output_path))
+        data["weights"] = os.path.relpath(os.path.abspath(wpath), graph_dir)
+        graph = Graph.from_dict(data)
+        save_weights(wpath, result.weights)
+        graph.write(output_path, pretty=True)
+        return graph
+    if weights_path is not None:
+        save_weights(os.fspath(weights_path), result.weights)
+        data["weights"] = os.path.abspath(os.fspath(weights_path))
+    return Graph.from_dict(data)
