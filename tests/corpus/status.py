@@ -1,0 +1,149 @@
+"""Measures rlx-rules on tests/corpus/: per file, `rlx-rules import` + `apply -r @onnx`, fused attention layers, values against ONNX Runtime's, and the best near miss of the attention rules (main environment only)."""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import rlx_rules
+
+HERE = Path(__file__).resolve().parent
+ATOL = 1e-4
+FUSED_ATTENTION = ("Attention", "FusedAttentionBlock", "FusedTransformerLayer")
+ATTENTION_RULES = ("attention_", "fuse_attention_block")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("rlx-rules")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "rlx_rules.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and "warning:" not in ln and not ln.startswith(" ")]
+    return lines[-1][:300] if lines else ""
+
+
+def pin(src: Path, dst: Path, feed: dict[str, np.ndarray]) -> None:
+    """A copy of the model whose inputs have the feed's static shapes, and no exporter-written value_info."""
+    model = onnx.load(str(src))
+    for inp in model.graph.input:
+        if inp.name in feed:
+            for d, n in zip(inp.type.tensor_type.shape.dim, feed[inp.name].shape):
+                d.Clear()
+                d.dim_value = int(n)
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    onnx.save(model, str(dst))
+
+
+def near_miss(report: dict) -> str:
+    """The attention-rule near miss that got furthest: rule, progress, and its failing check."""
+    best = None
+    for nm in report.get("near_misses") or []:
+        if nm["rule"].startswith(ATTENTION_RULES) and (best is None or nm["progress"] / max(nm["total"], 1)
+                                                        > best["progress"] / max(best["total"], 1)):
+            best = nm
+    if best is None:
+        return ""
+    failed = best["failed"][0] if best.get("failed") else {}
+    return f"{best['rule']} {best['progress']}/{best['total']}: {failed.get('check', '')} [{failed.get('detail', '')}]"
+
+
+def measure(entry: dict, pinned: bool, work: Path) -> dict:
+    name = entry["file"][: -len(".onnx")]
+    src = HERE / entry["file"]
+    feed = dict(np.load(HERE / f"{name}.inputs.npz"))
+    (expected,) = np.load(HERE / f"{name}.expected.npz").values()
+    tag = f"{name}.{'pinned' if pinned else 'dynamic'}"
+    if pinned:
+        pin(src, work / f"{tag}.onnx", feed)
+        src = work / f"{tag}.onnx"
+    graph, fused = work / f"{tag}.graph.json", work / f"{tag}.fused.json"
+    out = {"file": entry["file"], "mode": "pinned" if pinned else "dynamic", "layers": entry["attention_layers"]}
+    r = cli("import", str(src), "-o", str(graph), "-q")
+    if r.returncode:
+        return dict(out, stage="import", error=last_line(r.stderr or r.stdout))
+    r = cli("apply", str(graph), "-r", "@onnx", "-o", str(fused), "--json", "--explain")
+    if r.returncode:
+        return dict(out, stage="apply", error=last_line(r.stderr or r.stdout))
+    report = json.loads(r.stdout)
+    ops = report["ops_after"]
+    out.update(fused={op: ops[op] for op in FUSED_ATTENTION if ops.get(op)},
+               fused_layers=sum(ops.get(op, 0) for op in FUSED_ATTENTION),
+               softmax_left=ops.get("Softmax", 0), near_miss=near_miss(report))
+    try:
+        got = rlx_rules.run(str(fused), feed)[0]
+    except Exception as e:  # noqa: BLE001 - the interpreter's refusal is a measurement
+        return dict(out, stage="values", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    rows = [None if np.isnan(a).any() or np.isnan(b).any() else float(np.max(np.abs(a - b)))
+            for a, b in zip(np.asarray(got, dtype=np.float64), expected.astype(np.float64))]
+    out.update(stage="done", max_abs_diff_per_row=rows,
+               values_match=all(d is not None and d <= ATOL for d in rows))
+    return out
+
+
+def cell(m: dict) -> str:
+    if m["stage"] in ("import", "apply"):
+        return f"{m['stage']} error"
+    vals = "values ok" if m.get("values_match") else ("no values" if m["stage"] == "values" else "VALUES DIFFER")
+    return f"{m['fused_layers']}/{m['layers']} {vals}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("only", nargs="*", help="only files whose name contains one of these")
+    ap.add_argument("--no-pinned", action="store_true", help="skip the copies with static input shapes")
+    ap.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
+    ap.add_argument("--keep", metavar="DIR", help="keep the imported and fused graphs in DIR")
+    ap.add_argument("-j", "--jobs", type=int, default=2)
+    args = ap.parse_args(argv)
+    manifest = json.loads((HERE / "manifest.json").read_text())
+    entries = [e for e in manifest["files"] if e.get("exported")
+               and (not args.only or any(s in e["file"] for s in args.only))]
+    work = Path(args.keep or tempfile.mkdtemp(prefix="rlx-corpus-"))
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = [(e, False) for e in entries] + ([] if args.no_pinned else [(e, True) for e in entries])
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda job: measure(job[0], job[1], work), jobs))
+    by_file = {}
+    for m in results:
+        by_file.setdefault(m["file"], {})[m["mode"]] = m
+    print(f"{'file':<34} {'dynamic inputs':<22} {'pinned inputs':<22} why not fused (dynamic; pinned)")
+    total = {"dynamic": [0, 0, 0], "pinned": [0, 0, 0]}
+    for f, modes in by_file.items():
+        row = []
+        for mode in ("dynamic", "pinned"):
+            m = modes.get(mode)
+            if m is None:
+                row.append("")
+                continue
+            row.append(cell(m))
+            t = total[mode]
+            t[0] += 1
+            t[1] += m.get("fused_layers") == m["layers"]
+            t[2] += bool(m.get("fused_layers") == m["layers"] and m.get("values_match"))
+        why = " | ".join(" ".join(filter(None, [m.get("near_miss") if m.get("fused_layers") != m["layers"] else "",
+                                                 m.get("error")])) for m in modes.values())
+        print(f"{f:<34} {row[0]:<22} {row[1]:<22} {why[:160]}")
+    for mode, (n, full, ok) in total.items():
+        if n:
+            print(f"{mode}: every attention layer fused in {full} of {n} files; fused and values within {ATOL}: {ok}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
