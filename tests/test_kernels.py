@@ -240,7 +240,7 @@ def _good(h=16, nh=2):
         (dict(rope=np.zeros((3, 4), np.float32)), TypeError, ["rope"]),
         (dict(rope=(np.zeros((3, 4), np.float32), np.zeros((3, 3), np.float32))), ValueError, ["rope sin", "[3, 4]", "[3, 3]"]),
         (dict(rope=(np.zeros((3, 4), np.float64), np.zeros((3, 4), np.float32))), TypeError, ["rope cos", "float64"]),
-        (dict(num_heads=16, rope=(np.zeros((3, 0), np.float32), np.zeros((3, 0), np.float32))), ValueError, ["even head_dim", "head_dim=1"]),
+        (dict(num_heads=16, rope=(np.zeros((3, 0), np.float32), np.zeros((3, 0), np.float32))), ValueError, ["even rotary_dim", "head_dim=1"]),
     ],
 )
 def test_block_input_errors(change, exc, words):
@@ -296,9 +296,9 @@ def test_attention_input_errors():
         attention(x, x, x, np.ones((2, 4), np.float32), num_heads=2, mask_kind="none")
     with pytest.raises(ValueError, match="k must have shape \\[2, 4, 8\\].*\\[2, 4, 6\\]"):
         attention(x, np.zeros((2, 4, 6), np.float32), x, num_heads=2, mask_kind="none")
-    with pytest.raises(ValueError, match="causal.*4 and 3"):
+    with pytest.raises(ValueError, match="rope in attention needs seq_q <= seq_k.*4 and 3"):
         y = np.zeros((2, 3, 8), np.float32)
-        attention(x, y, y, num_heads=2, mask_kind="causal")
+        attention(x, y, y, num_heads=2, mask_kind="causal", rope=(np.ones((3, 2), np.float32),) * 2)
     with pytest.raises(ValueError, match="mask.*\\[2, 4\\]"):
         attention(x, x, x, np.ones((2, 5), np.float32), num_heads=2)
 

@@ -7,13 +7,16 @@ Semantics (RLX's ``FusedAttentionBlock``), for ``hidden`` ``[B, S, H]`` and ``he
     q,k   = rope(q), rope(k)                    # optional, NeoX rotate-half, tables [S, head_dim/2]
     s     = q @ k.T * head_dim**-0.5
     s     = where(mask[b, key] < 0.5, -1e9, s)  # keep mask; a fully masked row comes out uniform
+                                                # (masked_rows="zero": -inf, and such a row is 0)
     ctx   = softmax(s) @ v                      # heads merged back to [B, S, H]
     out   = ctx @ out_w + out_b
 
-Arrays must be C-contiguous float32; anything else is refused with a ``TypeError`` or
-``ValueError`` that names the argument (no silent float64 → float32 copy of large arrays). The
-one documented conversion: a ``mask`` of another real or bool dtype is cast to float32, since it
-is only ``B·S`` elements. See docs/kernels.md for SIMD paths, threads and environment variables.
+Arrays must be C-contiguous, aligned float32; anything else is refused with a ``TypeError`` (wrong
+type or dtype) or a :class:`~rlx_rules.errors.KernelError` (a ``ValueError``: shape, layout, value)
+that names the argument (no silent float64 → float32 copy of large arrays). The one documented
+conversion: a keep ``mask`` of another real or bool dtype is cast to float32. Every check lives in
+the Rust binding (``rust/python/src/kernels.rs``); this module only documents and forwards. See
+docs/kernels.md for the masks, GQA, RoPE, SIMD paths, threads and environment variables.
 """
 
 from __future__ import annotations
@@ -33,63 +36,14 @@ __all__ = [
     "default_threads",
 ]
 
-_F32 = np.dtype(np.float32)
-
-
-def _describe(x: object) -> str:
-    if isinstance(x, np.ndarray):
-        return f"dtype {x.dtype} with shape {list(x.shape)}"
-    return f"a {type(x).__name__}"
-
-
-def _array(name: str, x: object, ndim: int) -> np.ndarray:
-    """Checks a float32, C-contiguous array of rank ``ndim`` (cheap: no copy, no scan)."""
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray of float32, got {_describe(x)}")
-    if x.dtype != _F32:
-        raise TypeError(f"{name} must have dtype float32, got {_describe(x)}; convert with {name}.astype(numpy.float32)")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {list(x.shape)}")
-    if not x.flags.c_contiguous:
-        raise ValueError(f"{name} (shape {list(x.shape)}) must be C-contiguous; pass numpy.ascontiguousarray({name})")
-    return x
-
-
-def _mask(mask: object, shape: Tuple[int, int]) -> Optional[np.ndarray]:
-    """A ``[B, S]`` keep mask as contiguous float32 (cast from bool/int/float: it is small)."""
-    if mask is None:
-        return None
-    if not isinstance(mask, np.ndarray):
-        raise TypeError(f"mask must be a numpy.ndarray of shape {list(shape)}, got {_describe(mask)}")
-    if mask.dtype.kind not in "biuf":
-        raise TypeError(f"mask must have a bool, integer or float dtype, got {_describe(mask)}")
-    if mask.shape != tuple(shape):
-        raise ValueError(f"mask must have shape {list(shape)} ([batch, seq_k]), got {list(mask.shape)}")
-    return np.ascontiguousarray(mask, dtype=np.float32)
-
-
 def _rope(rope: object) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """Splits the ``(cos, sin)`` pair (the arrays themselves are checked by the binding)."""
     if rope is None:
         return None, None
     if not (isinstance(rope, (tuple, list)) and len(rope) == 2):
-        raise TypeError(f"rope must be a (cos, sin) pair of float32 arrays [seq, head_dim/2], got {_describe(rope)}")
-    return _array("rope cos", rope[0], 2), _array("rope sin", rope[1], 2)
-
-
-def _threads(threads: Optional[int]) -> Optional[int]:
-    if threads is None:
-        return None
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-    return int(threads)
-
-
-def _num_heads(num_heads: object, hidden: int) -> int:
-    if isinstance(num_heads, bool) or not isinstance(num_heads, (int, np.integer)) or num_heads < 1:
-        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
-    if hidden % num_heads:
-        raise ValueError(f"hidden size {hidden} is not divisible by num_heads={num_heads}")
-    return int(num_heads)
+        kind = f"dtype {rope.dtype} with shape {list(rope.shape)}" if isinstance(rope, np.ndarray) else f"a {type(rope).__name__}"
+        raise TypeError(f"rope must be a (cos, sin) pair of float32 arrays [seq, rotary_dim/2], got {kind}")
+    return rope[0], rope[1]
 
 
 def fused_attention_block(
@@ -102,30 +56,20 @@ def fused_attention_block(
     *,
     num_heads: int,
     rope: Optional[Sequence[np.ndarray]] = None,
+    masked_rows: str = "uniform",
     threads: Optional[int] = None,
 ) -> np.ndarray:
     """Runs the fused attention block once; returns ``[B, S, H]`` float32.
 
     ``mask`` is the ``[B, S]`` keep mask, or ``None`` to keep every key. ``rope`` is an optional
-    ``(cos, sin)`` pair of ``[S, head_dim/2]`` tables. ``threads`` overrides ``RLX_RULES_THREADS``.
+    ``(cos, sin)`` pair of ``[S, rotary_dim/2]`` tables (NeoX; ``rotary_dim <= head_dim``, the rest
+    of each head passes through). ``masked_rows``: ``"uniform"`` (RLX: a fully masked row is the
+    mean of V) or ``"zero"`` (PyTorch SDPA: it is 0). ``threads`` overrides ``RLX_RULES_THREADS``.
     For repeated calls with the same weights use :class:`FusedAttentionBlock`.
     """
-    x = _array("hidden", hidden, 3)
-    b, s, h = x.shape
-    heads = _num_heads(num_heads, h)
     cos, sin = _rope(rope)
-    return _native.fused_attention_block(
-        x,
-        _array("qkv_w", qkv_w, 2),
-        _array("out_w", out_w, 2),
-        _mask(mask, (b, s)),
-        None if qkv_b is None else _array("qkv_b", qkv_b, 1),
-        None if out_b is None else _array("out_b", out_b, 1),
-        num_heads=heads,
-        rope_cos=cos,
-        rope_sin=sin,
-        threads=_threads(threads),
-    )
+    return _native.fused_attention_block(hidden, qkv_w, out_w, mask, qkv_b, out_b, num_heads=num_heads,
+                                         rope_cos=cos, rope_sin=sin, masked_rows=masked_rows, threads=threads)
 
 
 class FusedAttentionBlock:
@@ -151,18 +95,10 @@ class FusedAttentionBlock:
         *,
         num_heads: int,
     ) -> None:
-        w = _array("qkv_w", qkv_w, 2)
-        heads = _num_heads(num_heads, w.shape[0])
-        self._native = _native.PreparedAttentionBlock(
-            w,
-            _array("out_w", out_w, 2),
-            None if qkv_b is None else _array("qkv_b", qkv_b, 1),
-            None if out_b is None else _array("out_b", out_b, 1),
-            num_heads=heads,
-        )
-        self.hidden = int(w.shape[0])
-        self.num_heads = heads
-        self.head_dim = self.hidden // heads
+        self._native = _native.PreparedAttentionBlock(qkv_w, out_w, qkv_b, out_b, num_heads=num_heads)
+        self.hidden = int(self._native.hidden)
+        self.num_heads = int(self._native.num_heads)
+        self.head_dim = self.hidden // self.num_heads
 
     @property
     def nbytes(self) -> int:
@@ -175,12 +111,12 @@ class FusedAttentionBlock:
         mask: Optional[np.ndarray] = None,
         *,
         rope: Optional[Sequence[np.ndarray]] = None,
+        masked_rows: str = "uniform",
         threads: Optional[int] = None,
     ) -> np.ndarray:
-        """Runs the block on ``hidden`` ``[B, S, H]`` with the ``[B, S]`` keep ``mask``."""
-        x = _array("hidden", hidden, 3)
+        """Runs the block on ``hidden`` ``[B, S, H]`` with the ``[B, S]`` keep ``mask`` (see :func:`fused_attention_block`)."""
         cos, sin = _rope(rope)
-        return self._native(x, _mask(mask, x.shape[:2]), rope_cos=cos, rope_sin=sin, threads=_threads(threads))
+        return self._native(hidden, mask, rope_cos=cos, rope_sin=sin, masked_rows=masked_rows, threads=threads)
 
     def __repr__(self) -> str:
         return f"FusedAttentionBlock(hidden={self.hidden}, num_heads={self.num_heads})"
@@ -194,31 +130,37 @@ def attention(
     *,
     num_heads: int,
     mask_kind: str = "custom",
+    bias: Optional[np.ndarray] = None,
+    masked_rows: str = "uniform",
+    rope: Optional[Sequence[np.ndarray]] = None,
+    rope_style: str = "neox",
     scale: Optional[float] = None,
     threads: Optional[int] = None,
 ) -> np.ndarray:
-    """Multi-head attention on ``q`` ``[B, Sq, H]`` and ``k``, ``v`` ``[B, Sk, H]``; returns ``[B, Sq, H]``.
+    """Multi-head attention on ``q`` ``[B, Sq, H]`` and ``k``, ``v`` ``[B, Sk, H_kv·head_dim]``; returns ``[B, Sq, H]``.
 
-    ``mask_kind``: ``"custom"`` needs the ``[B, Sk]`` keep ``mask``; ``"none"`` takes none;
-    ``"causal"`` masks key ``j > i`` for query ``i`` (needs ``Sq == Sk``) and also applies
-    ``mask`` when one is given. ``scale`` defaults to ``head_dim**-0.5``.
+    ``head_dim = H / num_heads``; ``k`` and ``v`` may have fewer heads (``H_kv`` dividing
+    ``num_heads``: GQA/MQA, query head ``h`` reads K/V head ``h // (num_heads // H_kv)``).
+    Scores are ``scale · q·kᵀ + bias`` (``scale`` defaults to ``head_dim**-0.5``), then masked:
+
+    * ``mask``: keep mask (``< 0.5`` drops the key), ``[B, Sk]``, ``[B, Sq, Sk]`` or ``[B, H, Sq, Sk]``
+      (size-1 dims broadcast; bool, integer or float);
+    * ``mask_kind``: ``"custom"`` needs ``mask`` or ``bias``; ``"none"`` takes no mask; ``"causal"``
+      drops key ``j > i + Sk − Sq`` for query ``i`` (the queries are the last positions) and also
+      applies ``mask`` when given;
+    * ``bias``: float32 added to the scores, shaped like the mask (ALiBi, relative position bias,
+      an additive ``-inf`` mask);
+    * ``masked_rows``: a dropped key scores ``-1e9`` with ``"uniform"`` (RLX: a fully masked row is
+      the mean of V) or ``-inf`` with ``"zero"`` (PyTorch SDPA: a row with no score above ``-inf`` is 0).
+
+    ``rope``: optional ``(cos, sin)`` tables ``[Sk, rotary_dim/2]`` applied to q and k before the
+    scores (key ``j`` uses row ``j``, query ``i`` row ``i + Sk − Sq``), ``rope_style`` ``"neox"``
+    (dim ``i`` pairs with ``i + rotary_dim/2``) or ``"gptj"`` (``2i`` with ``2i+1``), as RLX's ``Rope``.
     """
-    qa = _array("q", q, 3)
-    b, _, h = qa.shape
-    heads = _num_heads(num_heads, h)
-    ka = _array("k", k, 3)
-    if mask_kind not in ("custom", "none", "causal"):
-        raise ValueError(f"mask_kind must be 'custom', 'none' or 'causal', got {mask_kind!r}")
-    return _native.attention(
-        qa,
-        ka,
-        _array("v", v, 3),
-        _mask(mask, (b, ka.shape[1])) if ka.shape[0] == b else mask,
-        num_heads=heads,
-        mask_kind=mask_kind,
-        scale=None if scale is None else float(scale),
-        threads=_threads(threads),
-    )
+    cos, sin = _rope(rope)
+    return _native.attention(q, k, v, mask, num_heads=num_heads, mask_kind=mask_kind, bias=bias,
+                             masked_rows=masked_rows, rope_cos=cos, rope_sin=sin, rope_style=rope_style,
+                             scale=None if scale is None else float(scale), threads=threads)
 
 
 def simd_paths() -> list:

@@ -1,16 +1,24 @@
-//! Python bindings of the fused attention kernels (numpy in, numpy out, GIL released).
+//! Python bindings of the fused attention kernels (numpy in, numpy out, GIL released): every argument check lives here, once.
 //!
-//! Each entry point checks dtype, rank, shape and contiguity of every array up front (naming the
-//! argument and the shapes in a `TypeError`/`ValueError`), then runs the core kernel with the GIL
-//! released. A panic in the kernel (a bug) comes back as a `RuntimeError`, never an abort.
+//! Each entry point checks type, dtype, rank, shape, contiguity and alignment of every array up front
+//! (a `TypeError` for a wrong type or dtype, a `KernelError` — a `ValueError` — for the rest, each
+//! naming the argument and the shapes), then runs the core kernel with the GIL released. A panic in the
+//! kernel (a bug) comes back as a `KernelError` of kind "internal", never an abort.
 
+use crate::errors::{new_err, Class};
 use numpy::{PyArray3, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use rlx_rules_core::kernels::{self as core, BlockShape, BlockWeights, Isa, MaskRef, RunOptions};
+use pyo3::types::PyBool;
+use rlx_rules_core::kernels::{self as core, BlockShape, BlockWeights, Isa, MaskedRows, Masking, RunOptions, ScoreTensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// A contiguous float32 array argument of a known rank.
+/// A `KernelError` of `kind` ("shape", "layout", "argument" or "internal").
+fn kerr(kind: &str, msg: impl Into<String>) -> PyErr {
+    new_err(Class::Kernel, kind, msg)
+}
+
+/// A C-contiguous, aligned float32 array argument.
 struct F32Arg<'py> {
     array: PyReadonlyArrayDyn<'py, f32>,
 }
@@ -20,8 +28,8 @@ impl F32Arg<'_> {
         self.array.shape()
     }
     fn slice(&self) -> &[f32] {
-        // Contiguity was checked when the argument was taken.
-        self.array.as_slice().expect("contiguous array")
+        // Contiguity and alignment were checked when the argument was taken.
+        self.array.as_slice().unwrap_or(&[])
     }
 }
 
@@ -29,22 +37,32 @@ fn shape_str(shape: &[usize]) -> String {
     format!("[{}]", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
 }
 
-/// Takes `obj` as a C-contiguous float32 array of rank `ndim`, or says clearly why not.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+}
+
+fn dtype_str(a: &Bound<'_, PyUntypedArray>) -> String {
+    a.dtype().str().map(|s| s.to_string()).unwrap_or_default()
+}
+
+/// Takes `obj` as a C-contiguous, aligned float32 array of rank `ndim`, or says clearly why not.
 fn f32_arg<'py>(name: &str, obj: &Bound<'py, PyAny>, ndim: usize) -> PyResult<F32Arg<'py>> {
-    let untyped = obj
-        .cast::<PyUntypedArray>()
-        .map_err(|_| PyTypeError::new_err(format!("{name} must be a numpy.ndarray of float32, got {}", obj.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+    let untyped = obj.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("{name} must be a numpy.ndarray of float32, got a {}", type_name(obj))))?;
     let typed = untyped.cast::<PyArrayDyn<f32>>().map_err(|_| {
-        let dtype = untyped.dtype().str().map(|s| s.to_string()).unwrap_or_default();
-        PyTypeError::new_err(format!("{name} must have dtype float32, got {dtype} with shape {}", shape_str(untyped.shape())))
+        let (dtype, shape) = (dtype_str(untyped), shape_str(untyped.shape()));
+        PyTypeError::new_err(format!("{name} must have dtype float32, got dtype {dtype} with shape {shape}; convert with {name}.astype(numpy.float32)"))
     })?;
+    let shape = shape_str(typed.shape());
     if typed.ndim() != ndim {
-        return Err(PyValueError::new_err(format!("{name} must have {ndim} dimensions, got shape {}", shape_str(typed.shape()))));
+        return Err(kerr("shape", format!("{name} must have {ndim} dimensions, got shape {shape}")));
     }
     if !typed.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!("{name} (shape {}) must be C-contiguous; pass numpy.ascontiguousarray({name})", shape_str(typed.shape()))));
+        return Err(kerr("layout", format!("{name} (shape {shape}) must be C-contiguous; pass numpy.ascontiguousarray({name})")));
     }
-    let array = typed.try_readonly().map_err(|e| PyValueError::new_err(format!("{name}: {e}")))?;
+    if !typed.is_aligned() || (typed.len() > 0 && !(typed.data() as usize).is_multiple_of(std::mem::align_of::<f32>())) {
+        return Err(kerr("layout", format!("{name} (shape {shape}) is not aligned to 4 bytes (a view at an odd byte offset); pass {name}.copy()")));
+    }
+    let array = typed.try_readonly().map_err(|e| kerr("layout", format!("{name}: {e}")))?;
     Ok(F32Arg { array })
 }
 
@@ -55,31 +73,66 @@ fn opt_f32_arg<'py>(name: &str, obj: Option<&Bound<'py, PyAny>>, ndim: usize) ->
     }
 }
 
+/// A keep mask of a bool, integer or float dtype as a contiguous, aligned float32 array (a copy
+/// unless it already is one: masks are small next to the activations).
+fn mask_arg<'py>(obj: Option<&Bound<'py, PyAny>>, want: &str) -> PyResult<Option<F32Arg<'py>>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    let untyped = obj.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("mask must be a numpy.ndarray of shape {want}, got a {}", type_name(obj))))?;
+    let kind: String = untyped.dtype().getattr("kind")?.extract()?;
+    if !"biuf".contains(kind.as_str()) || kind.len() != 1 {
+        return Err(PyTypeError::new_err(format!("mask must have a bool, integer or float dtype, got dtype {} with shape {}", dtype_str(untyped), shape_str(untyped.shape()))));
+    }
+    let py = obj.py();
+    let converted = py.import("numpy")?.getattr("require")?.call1((obj, "float32", "CA"))?;
+    let ndim = converted.cast::<PyUntypedArray>().map(|a| a.ndim()).unwrap_or(0);
+    f32_arg("mask", &converted, ndim).map(Some)
+}
+
+/// A positive integer argument (not a bool), with `what` ending the message.
+fn positive_int(name: &str, obj: &Bound<'_, PyAny>, or_none: bool) -> PyResult<usize> {
+    let value = if obj.is_instance_of::<PyBool>() { None } else { obj.extract::<i64>().ok() };
+    match value {
+        Some(n) if n >= 1 => Ok(n as usize),
+        _ => {
+            let repr = obj.repr().map(|r| r.to_string()).unwrap_or_default();
+            Err(kerr("argument", format!("{name} must be a positive integer{}, got {repr}", if or_none { " or None" } else { "" })))
+        }
+    }
+}
+
 fn expect_shape(name: &str, arg: &F32Arg<'_>, want: &[usize], why: &str) -> PyResult<()> {
     if arg.shape() != want {
-        return Err(PyValueError::new_err(format!("{name} must have shape {} ({why}), got {}", shape_str(want), shape_str(arg.shape()))));
+        return Err(kerr("shape", format!("{name} must have shape {} ({why}), got {}", shape_str(want), shape_str(arg.shape()))));
     }
     Ok(())
 }
 
-fn check_heads(hidden: usize, num_heads: usize) -> PyResult<usize> {
-    if num_heads == 0 {
-        return Err(PyValueError::new_err("num_heads must be a positive integer"));
+/// `num_heads` checked against the hidden size; returns `(num_heads, head_dim)`.
+fn heads(hidden: usize, num_heads: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+    let n = positive_int("num_heads", num_heads, false)?;
+    if !hidden.is_multiple_of(n) {
+        return Err(kerr("shape", format!("hidden size {hidden} is not divisible by num_heads={n}")));
     }
-    if !hidden.is_multiple_of(num_heads) {
-        return Err(PyValueError::new_err(format!("hidden size {hidden} is not divisible by num_heads={num_heads}")));
-    }
-    Ok(hidden / num_heads)
+    Ok((n, hidden / n))
 }
 
-fn run_options(threads: Option<usize>) -> PyResult<RunOptions> {
-    if threads == Some(0) {
-        return Err(PyValueError::new_err("threads must be a positive integer or None"));
-    }
+fn run_options(threads: Option<&Bound<'_, PyAny>>) -> PyResult<RunOptions> {
+    let threads = match threads {
+        Some(t) if !t.is_none() => Some(positive_int("threads", t, true)?),
+        _ => None,
+    };
     Ok(RunOptions { threads, isa: None })
 }
 
-/// Runs `f` without the GIL; a kernel error becomes `ValueError`, a panic `RuntimeError`.
+fn masked_rows(value: &str) -> PyResult<MaskedRows> {
+    match value {
+        "uniform" => Ok(MaskedRows::Uniform),
+        "zero" => Ok(MaskedRows::Zero),
+        other => Err(kerr("argument", format!("masked_rows must be 'uniform' (RLX: a fully masked row averages V) or 'zero' (PyTorch SDPA: it is 0), got {other:?}"))),
+    }
+}
+
+/// Runs `f` without the GIL; a kernel error becomes `KernelError`, a panic `KernelError` of kind "internal".
 fn run_detached<F>(py: Python<'_>, f: F) -> PyResult<()>
 where
     F: FnOnce() -> Result<(), core::KernelError> + Send,
@@ -87,10 +140,10 @@ where
     let result = py.detach(move || catch_unwind(AssertUnwindSafe(f)));
     match result {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(PyValueError::new_err(e.to_string())),
+        Ok(Err(e)) => Err(kerr("argument", e.to_string())),
         Err(panic) => {
             let msg = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-            Err(PyRuntimeError::new_err(format!("internal error in the attention kernel: {msg}")))
+            Err(kerr("internal", format!("internal error in the attention kernel: {msg}")))
         }
     }
 }
@@ -98,7 +151,31 @@ where
 /// The checked `(cos, sin)` rope tables.
 type RopeArgs<'py> = (F32Arg<'py>, F32Arg<'py>);
 
-/// Checks the `[B, S]` mask and the rope tables of a block call of `hidden` shape `[b, s, h]`.
+/// Rope tables of `[positions, rotary_dim / 2]` for heads of `d`: both or neither, same shape,
+/// `rotary_dim` even and at most `d`.
+fn rope_args<'py>(positions: usize, d: usize, rope_cos: Option<&Bound<'py, PyAny>>, rope_sin: Option<&Bound<'py, PyAny>>) -> PyResult<Option<RopeArgs<'py>>> {
+    let cos = opt_f32_arg("rope cos", rope_cos, 2)?;
+    let sin = opt_f32_arg("rope sin", rope_sin, 2)?;
+    match (cos, sin) {
+        (None, None) => Ok(None),
+        (Some(c), Some(sn)) => {
+            let half = c.shape()[1];
+            if half == 0 || 2 * half > d {
+                return Err(kerr("shape", format!("rope tables of {half} columns rotate {} dims: rope needs an even rotary_dim between 2 and head_dim={d} (tables [seq, rotary_dim / 2])", 2 * half)));
+            }
+            expect_shape("rope cos", &c, &[positions, half], "[seq, rotary_dim / 2]")?;
+            expect_shape("rope sin", &sn, &[positions, half], "[seq, rotary_dim / 2], as rope cos")?;
+            Ok(Some((c, sn)))
+        }
+        _ => Err(kerr("argument", "rope needs both the cos and the sin table")),
+    }
+}
+
+fn rope_ref<'a>(rope: &'a Option<RopeArgs<'_>>, interleaved: bool) -> Option<core::Rope<'a>> {
+    rope.as_ref().map(|(c, sn)| core::Rope { cos: c.slice(), sin: sn.slice(), rotary_dim: 2 * c.shape()[1], interleaved })
+}
+
+/// Checks the `[B, S]` mask and the rope tables of a block call of `hidden` shape `[b, s, ·]`.
 fn block_extras<'py>(
     b: usize,
     s: usize,
@@ -107,25 +184,11 @@ fn block_extras<'py>(
     rope_cos: Option<&Bound<'py, PyAny>>,
     rope_sin: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Option<F32Arg<'py>>, Option<RopeArgs<'py>>)> {
-    let mask = opt_f32_arg("mask", mask, 2)?;
+    let mask = mask_arg(mask, &shape_str(&[b, s]))?;
     if let Some(m) = &mask {
         expect_shape("mask", m, &[b, s], "[batch, seq] of hidden")?;
     }
-    let cos = opt_f32_arg("rope cos", rope_cos, 2)?;
-    let sin = opt_f32_arg("rope sin", rope_sin, 2)?;
-    let rope = match (cos, sin) {
-        (None, None) => None,
-        (Some(c), Some(sn)) => {
-            if !d.is_multiple_of(2) {
-                return Err(PyValueError::new_err(format!("rope needs an even head_dim, got head_dim={d}")));
-            }
-            expect_shape("rope cos", &c, &[s, d / 2], "[seq, head_dim / 2]")?;
-            expect_shape("rope sin", &sn, &[s, d / 2], "[seq, head_dim / 2]")?;
-            Some((c, sn))
-        }
-        _ => return Err(PyValueError::new_err("rope needs both the cos and the sin table")),
-    };
-    Ok((mask, rope))
+    Ok((mask, rope_args(s, d, rope_cos, rope_sin)?))
 }
 
 type BlockWeightArgs<'py> = (F32Arg<'py>, F32Arg<'py>, Option<F32Arg<'py>>, Option<F32Arg<'py>>);
@@ -154,9 +217,24 @@ fn block_weight_args<'py>(
     Ok((qkv_w, out_w, qkv_b, out_b))
 }
 
+fn weights_ref<'a>(w: &'a BlockWeightArgs<'_>) -> BlockWeights<'a> {
+    BlockWeights { qkv_w: w.0.slice(), qkv_b: w.2.as_ref().map(F32Arg::slice), out_w: w.1.slice(), out_b: w.3.as_ref().map(F32Arg::slice) }
+}
+
+/// A new zeroed `[b, s, h]` output, filled by `f` with its slice.
+fn with_output<'py>(py: Python<'py>, shape: [usize; 3], f: impl FnOnce(&mut [f32]) -> PyResult<()>) -> PyResult<Bound<'py, PyArray3<f32>>> {
+    let out = PyArray3::<f32>::zeros(py, shape, false);
+    {
+        let mut out_rw = out.readwrite();
+        let out_slice = out_rw.as_slice_mut().map_err(|e| kerr("internal", e.to_string()))?;
+        f(out_slice)?;
+    }
+    Ok(out)
+}
+
 /// One-shot fused attention block on raw `[in, out]` weights.
 #[pyfunction]
-#[pyo3(signature = (hidden, qkv_w, out_w, mask=None, qkv_b=None, out_b=None, *, num_heads, rope_cos=None, rope_sin=None, threads=None))]
+#[pyo3(signature = (hidden, qkv_w, out_w, mask=None, qkv_b=None, out_b=None, *, num_heads, rope_cos=None, rope_sin=None, masked_rows="uniform", threads=None))]
 #[allow(clippy::too_many_arguments)]
 fn fused_attention_block<'py>(
     py: Python<'py>,
@@ -166,28 +244,24 @@ fn fused_attention_block<'py>(
     mask: Option<&Bound<'py, PyAny>>,
     qkv_b: Option<&Bound<'py, PyAny>>,
     out_b: Option<&Bound<'py, PyAny>>,
-    num_heads: usize,
+    num_heads: &Bound<'py, PyAny>,
     rope_cos: Option<&Bound<'py, PyAny>>,
     rope_sin: Option<&Bound<'py, PyAny>>,
-    threads: Option<usize>,
+    masked_rows: &str,
+    threads: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray3<f32>>> {
     let x = f32_arg("hidden", hidden, 3)?;
     let (b, s, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
-    let d = check_heads(h, num_heads)?;
-    let (qkv_w, out_w, qkv_b, out_b) = block_weight_args(h, qkv_w, out_w, qkv_b, out_b)?;
+    let (num_heads, d) = heads(h, num_heads)?;
+    let weights = block_weight_args(h, qkv_w, out_w, qkv_b, out_b)?;
     let (mask, rope) = block_extras(b, s, d, mask, rope_cos, rope_sin)?;
+    let rows = self::masked_rows(masked_rows)?;
     let opts = run_options(threads)?;
-    let out = PyArray3::<f32>::zeros(py, [b, s, h], false);
-    {
-        let mut out_rw = out.readwrite();
-        let out_slice = out_rw.as_slice_mut().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    with_output(py, [b, s, h], |out| {
         let shape = BlockShape { batch: b, seq: s, hidden: h, num_heads };
-        let weights = BlockWeights { qkv_w: qkv_w.slice(), qkv_b: qkv_b.as_ref().map(F32Arg::slice), out_w: out_w.slice(), out_b: out_b.as_ref().map(F32Arg::slice) };
-        let (xs, ms) = (x.slice(), mask.as_ref().map(F32Arg::slice));
-        let rope = rope.as_ref().map(|(c, sn)| core::Rope { cos: c.slice(), sin: sn.slice() });
-        run_detached(py, move || core::fused_attention_block(shape, xs, weights, ms, rope, opts, out_slice))?;
-    }
-    Ok(out)
+        let (xs, ms, w, rope) = (x.slice(), mask.as_ref().map(F32Arg::slice), weights_ref(&weights), rope_ref(&rope, false));
+        run_detached(py, move || core::fused_attention_block(shape, xs, w, ms, rows, rope, opts, out))
+    })
 }
 
 /// A fused attention block whose weights were packed once (score scale folded into Q).
@@ -200,17 +274,17 @@ struct PyPreparedAttentionBlock {
 impl PyPreparedAttentionBlock {
     #[new]
     #[pyo3(signature = (qkv_w, out_w, qkv_b=None, out_b=None, *, num_heads))]
-    fn new(py: Python<'_>, qkv_w: &Bound<'_, PyAny>, out_w: &Bound<'_, PyAny>, qkv_b: Option<&Bound<'_, PyAny>>, out_b: Option<&Bound<'_, PyAny>>, num_heads: usize) -> PyResult<Self> {
+    fn new(py: Python<'_>, qkv_w: &Bound<'_, PyAny>, out_w: &Bound<'_, PyAny>, qkv_b: Option<&Bound<'_, PyAny>>, out_b: Option<&Bound<'_, PyAny>>, num_heads: &Bound<'_, PyAny>) -> PyResult<Self> {
         let h = f32_arg("qkv_w", qkv_w, 2)?.shape()[0];
-        check_heads(h, num_heads)?;
-        let (qkv_w, out_w, qkv_b, out_b) = block_weight_args(h, qkv_w, out_w, qkv_b, out_b)?;
-        let weights = BlockWeights { qkv_w: qkv_w.slice(), qkv_b: qkv_b.as_ref().map(F32Arg::slice), out_w: out_w.slice(), out_b: out_b.as_ref().map(F32Arg::slice) };
+        let (num_heads, _) = heads(h, num_heads)?;
+        let weights = block_weight_args(h, qkv_w, out_w, qkv_b, out_b)?;
+        let w = weights_ref(&weights);
         let mut inner = None;
         run_detached(py, || {
-            inner = Some(core::PreparedAttentionBlock::new(h, num_heads, weights)?);
+            inner = Some(core::PreparedAttentionBlock::new(h, num_heads, w)?);
             Ok(())
         })?;
-        Ok(PyPreparedAttentionBlock { inner: inner.expect("set on success") })
+        inner.map(|inner| PyPreparedAttentionBlock { inner }).ok_or_else(|| kerr("internal", "the block was not built"))
     }
 
     /// Hidden size H.
@@ -230,7 +304,7 @@ impl PyPreparedAttentionBlock {
         self.inner.nbytes()
     }
 
-    #[pyo3(signature = (hidden, mask=None, *, rope_cos=None, rope_sin=None, threads=None))]
+    #[pyo3(signature = (hidden, mask=None, *, rope_cos=None, rope_sin=None, masked_rows="uniform", threads=None))]
     fn __call__<'py>(
         &self,
         py: Python<'py>,
@@ -238,32 +312,58 @@ impl PyPreparedAttentionBlock {
         mask: Option<&Bound<'py, PyAny>>,
         rope_cos: Option<&Bound<'py, PyAny>>,
         rope_sin: Option<&Bound<'py, PyAny>>,
-        threads: Option<usize>,
+        masked_rows: &str,
+        threads: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray3<f32>>> {
         let x = f32_arg("hidden", hidden, 3)?;
         let (b, s, h) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         if h != self.inner.hidden() {
-            return Err(PyValueError::new_err(format!("hidden must have shape [batch, seq, {}] for this block, got {}", self.inner.hidden(), shape_str(x.shape()))));
+            return Err(kerr("shape", format!("hidden must have shape [batch, seq, {}] for this block, got {}", self.inner.hidden(), shape_str(x.shape()))));
         }
         let d = h / self.inner.num_heads();
         let (mask, rope) = block_extras(b, s, d, mask, rope_cos, rope_sin)?;
+        let rows = self::masked_rows(masked_rows)?;
         let opts = run_options(threads)?;
-        let out = PyArray3::<f32>::zeros(py, [b, s, h], false);
-        {
-            let mut out_rw = out.readwrite();
-            let out_slice = out_rw.as_slice_mut().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-            let (xs, ms) = (x.slice(), mask.as_ref().map(F32Arg::slice));
-            let rope = rope.as_ref().map(|(c, sn)| core::Rope { cos: c.slice(), sin: sn.slice() });
-            let inner = &self.inner;
-            run_detached(py, move || inner.run(b, s, xs, ms, rope, opts, out_slice))?;
-        }
-        Ok(out)
+        with_output(py, [b, s, h], |out| {
+            let (xs, ms, rope, inner) = (x.slice(), mask.as_ref().map(F32Arg::slice), rope_ref(&rope, false), &self.inner);
+            run_detached(py, move || inner.run(b, s, xs, ms, rows, rope, opts, out))
+        })
     }
 }
 
-/// Multi-head attention on `[B, S, H]` q, k, v.
+/// `[B, H, Sq, Sk]` strides of a mask or bias of rank 2 (`[B, Sk]`), 3 (`[B, Sq, Sk]`) or 4, each
+/// dimension equal to the scores' or 1 (broadcast), the last equal to `Sk`.
+fn score_tensor<'a>(name: &str, arg: &'a F32Arg<'_>, scores: [usize; 4]) -> PyResult<ScoreTensor<'a>> {
+    let shape = arg.shape();
+    let dims: [usize; 4] = match *shape {
+        [b, k] => [b, 1, 1, k],
+        [b, q, k] => [b, 1, q, k],
+        [b, h, q, k] => [b, h, q, k],
+        _ => [0; 4],
+    };
+    let fits = dims.iter().zip(&scores).enumerate().all(|(i, (&got, &want))| got == want || (got == 1 && i < 3));
+    if !fits || shape.len() < 2 {
+        let [b, _, _, k] = scores;
+        return Err(kerr(
+            "shape",
+            format!(
+                "{name} must have shape {} ([batch, seq_k]) or broadcast to the scores [B, H, Sq, Sk] = {} as [B, Sq, Sk] or [B, H, Sq, Sk] (size-1 dims broadcast), got {}",
+                shape_str(&[b, k]),
+                shape_str(&scores),
+                shape_str(shape)
+            ),
+        ));
+    }
+    let k = dims[3];
+    let (q_stride, h_stride) = (k, dims[2] * k);
+    let b_stride = dims[1] * h_stride;
+    let s = |dim: usize, stride: usize| if dim == 1 { 0 } else { stride };
+    Ok(ScoreTensor { data: arg.slice(), batch_stride: s(dims[0], b_stride), head_stride: s(dims[1], h_stride), row_stride: s(dims[2], q_stride) })
+}
+
+/// Multi-head (or grouped-query) attention on `[B, Sq, H]` q and `[B, Sk, H_kv·head_dim]` k, v.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, mask=None, *, num_heads, mask_kind="custom", scale=None, threads=None))]
+#[pyo3(signature = (q, k, v, mask=None, *, num_heads, mask_kind="custom", bias=None, masked_rows="uniform", rope_cos=None, rope_sin=None, rope_style="neox", scale=None, threads=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention<'py>(
     py: Python<'py>,
@@ -271,69 +371,66 @@ fn attention<'py>(
     k: &Bound<'py, PyAny>,
     v: &Bound<'py, PyAny>,
     mask: Option<&Bound<'py, PyAny>>,
-    num_heads: usize,
+    num_heads: &Bound<'py, PyAny>,
     mask_kind: &str,
+    bias: Option<&Bound<'py, PyAny>>,
+    masked_rows: &str,
+    rope_cos: Option<&Bound<'py, PyAny>>,
+    rope_sin: Option<&Bound<'py, PyAny>>,
+    rope_style: &str,
     scale: Option<f32>,
-    threads: Option<usize>,
+    threads: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray3<f32>>> {
     let q = f32_arg("q", q, 3)?;
     let (b, sq, h) = (q.shape()[0], q.shape()[1], q.shape()[2]);
-    check_heads(h, num_heads)?;
+    let (num_heads, d) = heads(h, num_heads)?;
     let k = f32_arg("k", k, 3)?;
-    let sk = k.shape()[1];
-    expect_shape("k", &k, &[b, sk, h], "[batch, seq_k, H] matching q's batch and H")?;
+    let (sk, hkv) = (k.shape()[1], k.shape()[2]);
+    let kv_heads = if d > 0 && hkv.is_multiple_of(d) { hkv / d } else { 0 };
+    if k.shape()[0] != b || kv_heads == 0 || !num_heads.is_multiple_of(kv_heads) {
+        let why = format!("[batch, seq_k, H] matching q's batch and H, or [batch, seq_k, H_kv·{d}] with H_kv dividing num_heads={num_heads} for grouped-query attention");
+        expect_shape("k", &k, &[b, sk, h], &why)?;
+    }
     let v = f32_arg("v", v, 3)?;
-    expect_shape("v", &v, &[b, sk, h], "same as k")?;
+    expect_shape("v", &v, &[b, sk, hkv], "same as k")?;
     if sk == 0 && b * sq > 0 {
-        return Err(PyValueError::new_err("k and v need at least one key (sequence length 0)"));
+        return Err(kerr("shape", "k and v need at least one key (sequence length 0)"));
     }
-    let mask = opt_f32_arg("mask", mask, 2)?;
-    if let Some(m) = &mask {
-        expect_shape("mask", m, &[b, sk], "[batch, seq_k]")?;
-    }
-    let kind = match mask_kind {
-        "custom" => {
-            if mask.is_none() {
-                return Err(PyValueError::new_err("mask_kind='custom' needs a mask of shape [batch, seq_k]"));
-            }
-            "custom"
-        }
-        "none" => {
-            if mask.is_some() {
-                return Err(PyValueError::new_err("mask_kind='none' takes no mask"));
-            }
-            "none"
-        }
-        "causal" => {
-            if sq != sk {
-                return Err(PyValueError::new_err(format!("mask_kind='causal' needs equal query and key lengths, got {sq} and {sk}")));
-            }
-            "causal"
-        }
-        other => return Err(PyValueError::new_err(format!("mask_kind must be 'custom', 'none' or 'causal', got {other:?}"))),
+    let mask = mask_arg(mask, &shape_str(&[b, sk]))?;
+    let bias = opt_f32_arg("bias", bias, bias.map_or(0, |o| o.cast::<PyUntypedArray>().map(|a| a.ndim()).unwrap_or(0)))?;
+    let causal = match mask_kind {
+        "custom" if mask.is_none() && bias.is_none() => return Err(kerr("argument", "mask_kind='custom' needs a mask of shape [batch, seq_k] (or [B, Sq, Sk], [B, H, Sq, Sk]) or a bias")),
+        "custom" => false,
+        "none" if mask.is_some() => return Err(kerr("argument", "mask_kind='none' takes no mask (a bias is allowed)")),
+        "none" => false,
+        "causal" => true,
+        other => return Err(kerr("argument", format!("mask_kind must be 'custom', 'none' or 'causal', got {other:?}"))),
     };
+    let scores = [b, num_heads, sq, sk];
+    let keep = mask.as_ref().map(|m| score_tensor("mask", m, scores)).transpose()?;
+    let bias_t = bias.as_ref().map(|t| score_tensor("bias", t, scores)).transpose()?;
+    let masking = Masking { keep, bias: bias_t, causal, masked_rows: self::masked_rows(masked_rows)? };
+    let interleaved = match rope_style {
+        "neox" => false,
+        "gptj" => true,
+        other => return Err(kerr("argument", format!("rope_style must be 'neox' (dim i pairs with i + rotary_dim/2) or 'gptj' (2i with 2i+1), got {other:?}"))),
+    };
+    let rope = rope_args(sk, d, rope_cos, rope_sin)?;
+    if rope.is_some() && sq > sk {
+        return Err(kerr("shape", format!("rope in attention needs seq_q <= seq_k (the queries are the last positions), got {sq} and {sk}")));
+    }
     if let Some(sc) = scale {
         if !sc.is_finite() {
-            return Err(PyValueError::new_err(format!("scale must be finite, got {sc}")));
+            return Err(kerr("argument", format!("scale must be finite, got {sc}")));
         }
     }
     let opts = run_options(threads)?;
-    let out = PyArray3::<f32>::zeros(py, [b, sq, h], false);
-    {
-        let mut out_rw = out.readwrite();
-        let out_slice = out_rw.as_slice_mut().map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        let (qs, ks, vs, ms) = (q.slice(), k.slice(), v.slice(), mask.as_ref().map(F32Arg::slice));
-        let shape = core::AttentionShape { batch: b, seq_q: sq, seq_k: sk, hidden: h, num_heads };
-        run_detached(py, move || {
-            let mask = match kind {
-                "custom" => MaskRef::Keep(ms.expect("checked")),
-                "causal" => MaskRef::Causal(ms),
-                _ => MaskRef::None,
-            };
-            core::attention(shape, qs, ks, vs, mask, scale, opts, out_slice)
-        })?;
-    }
-    Ok(out)
+    with_output(py, [b, sq, h], |out| {
+        let (qs, ks, vs, rope) = (q.slice(), k.slice(), v.slice(), rope_ref(&rope, interleaved));
+        let shape = core::AttentionShape { batch: b, seq_q: sq, seq_k: sk, num_heads, kv_heads: kv_heads.max(1), head_dim: d };
+        let masking = &masking;
+        run_detached(py, move || core::attention(shape, qs, ks, vs, masking, rope, scale, opts, out))
+    })
 }
 
 /// The SIMD paths this CPU can run, slowest first.
@@ -360,7 +457,7 @@ fn default_threads() -> usize {
 #[pyo3(signature = (nbytes, threads))]
 fn machine_roofline(py: Python<'_>, nbytes: usize, threads: usize) -> PyResult<(f64, f64)> {
     if threads == 0 {
-        return Err(PyValueError::new_err("threads must be positive"));
+        return Err(kerr("argument", "threads must be positive"));
     }
     Ok(py.detach(|| (core::roofline::read_bandwidth(nbytes, threads, 30), core::roofline::peak_flops(threads))))
 }

@@ -43,33 +43,103 @@ impl RowsView<'_> {
     }
 }
 
-/// Which keys each query may see.
+/// A `[B, H, Sq, Sk]` tensor of per-score values read through strides (0 broadcasts a dimension),
+/// contiguous along the keys: element `(b, h, q, k)` is `data[b·batch_stride + h·head_stride + q·row_stride + k]`.
 #[derive(Clone, Copy, Debug)]
-pub enum MaskRef<'a> {
-    /// Every key.
-    None,
-    /// A keep mask `[B, S_k]`: key `k` of batch `b` is masked where `mask[b, k] < 0.5`.
-    Keep(&'a [f32]),
-    /// Key `k` is masked for query `q` when `k > q`; optionally also by a keep mask `[B, S_k]`.
-    Causal(Option<&'a [f32]>),
+pub struct ScoreTensor<'a> {
+    pub data: &'a [f32],
+    pub batch_stride: usize,
+    pub head_stride: usize,
+    pub row_stride: usize,
 }
 
-impl<'a> MaskRef<'a> {
-    fn keep(&self) -> Option<&'a [f32]> {
-        match *self {
-            MaskRef::None | MaskRef::Causal(None) => None,
-            MaskRef::Keep(m) | MaskRef::Causal(Some(m)) => Some(m),
+impl<'a> ScoreTensor<'a> {
+    /// A `[B, Sk]` tensor: one value per key, the same for every head and query.
+    pub fn per_key(data: &'a [f32], seq_k: usize) -> Self {
+        ScoreTensor { data, batch_stride: seq_k, head_stride: 0, row_stride: 0 }
+    }
+
+    /// Whether the values depend on the key (and batch) only.
+    fn is_per_key(&self) -> bool {
+        self.head_stride == 0 && self.row_stride == 0
+    }
+
+    /// Whether every `(b, h, q, k)` of `[batch, heads, seq_q, seq_k]` lies inside `data`.
+    pub fn covers(&self, batch: usize, heads: usize, seq_q: usize, seq_k: usize) -> bool {
+        batch == 0
+            || heads == 0
+            || seq_q == 0
+            || seq_k == 0
+            || (batch - 1) * self.batch_stride + (heads - 1) * self.head_stride + (seq_q - 1) * self.row_stride + seq_k <= self.data.len()
+    }
+
+    /// Pointer to `(b, h, q, k0)`.
+    #[inline(always)]
+    unsafe fn at(&self, b: usize, h: usize, q: usize, k0: usize) -> *const f32 {
+        self.data.as_ptr().add(b * self.batch_stride + h * self.head_stride + q * self.row_stride + k0)
+    }
+}
+
+/// What a query row whose every key is masked gives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MaskedRows {
+    /// RLX: a masked key scores −1e9, so a fully masked row is the plain mean of V.
+    #[default]
+    Uniform,
+    /// PyTorch SDPA with a −inf fill and its NaN guard: a masked key scores −inf, and a row whose
+    /// every score is −inf is zero.
+    Zero,
+}
+
+impl MaskedRows {
+    /// The score a masked key gets.
+    pub fn masked_score(self) -> f32 {
+        match self {
+            MaskedRows::Uniform => MASKED_SCORE,
+            MaskedRows::Zero => f32::NEG_INFINITY,
         }
     }
 }
 
-/// Sizes of one attention call.
+/// Which keys each query sees and what is added to its scores:
+/// `s = scale·q·kᵀ + bias`, then `s = masked score` where `keep < 0.5` or causal hides the key.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Masking<'a> {
+    /// Keep mask: key `k` is masked for `(b, h, q)` where the value is `< 0.5`.
+    pub keep: Option<ScoreTensor<'a>>,
+    /// Added to the scores (relative position bias, ALiBi, an additive −inf mask).
+    pub bias: Option<ScoreTensor<'a>>,
+    /// Key `j` is masked for query `i` when `j > i + Sk − Sq` (the queries are the last `Sq` positions).
+    pub causal: bool,
+    pub masked_rows: MaskedRows,
+}
+
+impl<'a> Masking<'a> {
+    /// A `[B, Sk]` keep mask alone.
+    pub fn keep_keys(mask: &'a [f32], seq_k: usize) -> Self {
+        Masking { keep: Some(ScoreTensor::per_key(mask, seq_k)), ..Masking::default() }
+    }
+
+    /// The keep mask when it is per key (kept as per-key flags), else `None`.
+    fn per_key_keep(&self) -> Option<ScoreTensor<'a>> {
+        self.keep.filter(ScoreTensor::is_per_key)
+    }
+
+    /// The keep mask when it varies by head or query row.
+    fn row_keep(&self) -> Option<ScoreTensor<'a>> {
+        self.keep.filter(|t| !t.is_per_key())
+    }
+}
+
+/// Sizes of one attention call; K and V have `kv_heads` heads (dividing `num_heads`: grouped-query
+/// attention, each K/V head serving `num_heads / kv_heads` query heads).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AttnShape {
     pub batch: usize,
     pub seq_q: usize,
     pub seq_k: usize,
     pub num_heads: usize,
+    pub kv_heads: usize,
     pub head_dim: usize,
 }
 
@@ -90,10 +160,11 @@ thread_local! {
     static ITEM_SCRATCH: RefCell<ItemScratch> = RefCell::new(ItemScratch::default());
 }
 
-/// `out[b, s, h·d..] = softmax(mask(scale · q_h k_hᵀ)) v_h` for every batch, query row and head.
+/// `out[b, s, h·d..] = softmax(mask(scale · q_h k_gᵀ + bias)) v_g` for every batch, query row and
+/// head `h`, with `g = h / (num_heads / kv_heads)` its K/V head.
 ///
 /// `out` holds `batch × seq_q` rows of stride `out_row_stride`; head `h` writes columns
-/// `[h·d, (h+1)·d)`. Panics (never reads out of bounds) if a view or the mask is too short.
+/// `[h·d, (h+1)·d)`. Panics (never reads out of bounds) if a view, the mask or the bias is too short.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     isa: Isa,
@@ -102,39 +173,42 @@ pub(crate) fn attention(
     q: RowsView<'_>,
     k: RowsView<'_>,
     v: RowsView<'_>,
-    mask: MaskRef<'_>,
+    mask: &Masking<'_>,
     scale: f32,
     out: &mut [f32],
     out_row_stride: usize,
 ) {
-    let AttnShape { batch, seq_q, seq_k, num_heads, head_dim } = shape;
+    let AttnShape { batch, seq_q, seq_k, num_heads, kv_heads, head_dim } = shape;
     let width = num_heads * head_dim;
     if batch == 0 || seq_q == 0 || width == 0 {
         return;
     }
-    assert!(q.covers(batch, seq_q, width) && k.covers(batch, seq_k, width) && v.covers(batch, seq_k, width), "attention view out of bounds");
+    assert!(kv_heads > 0 && num_heads.is_multiple_of(kv_heads), "kv_heads must divide num_heads");
+    let kv_width = kv_heads * head_dim;
+    assert!(q.covers(batch, seq_q, width) && k.covers(batch, seq_k, kv_width) && v.covers(batch, seq_k, kv_width), "attention view out of bounds");
     assert!(out_row_stride >= width && out.len() >= (batch * seq_q - 1) * out_row_stride + width, "attention output too short");
-    if let Some(m) = mask.keep() {
-        assert!(m.len() >= batch * seq_k, "mask too short");
-    }
-    if let MaskRef::Causal(_) = mask {
-        assert_eq!(seq_q, seq_k, "causal attention needs seq_q == seq_k");
+    for t in [mask.keep, mask.bias].into_iter().flatten() {
+        assert!(t.covers(batch, num_heads, seq_q, seq_k), "mask or bias too short");
     }
     let q_blocks = seq_q.div_ceil(BQ);
-    // Each item packs K and V of its head once, so prefer whole heads; split the query blocks
-    // only when there are too few heads to keep every thread busy.
-    let heads_total = batch * num_heads;
-    let chunks = if par.parallel { (2 * par.threads).div_ceil(heads_total).clamp(1, q_blocks) } else { 1 };
-    let n_items = heads_total * chunks;
+    let group = num_heads / kv_heads;
+    // Units of work per K/V head: (query head of its group, query block). Each item packs K and V
+    // of its K/V head once, so prefer whole K/V heads; split their units only when there are too
+    // few to keep every thread busy.
+    let units = group * q_blocks;
+    let kv_total = batch * kv_heads;
+    let chunks = if par.parallel { (2 * par.threads).div_ceil(kv_total).clamp(1, units) } else { 1 };
+    let n_items = kv_total * chunks;
     let out_ptr = SendPtr(out.as_mut_ptr());
+    let mask = *mask;
     // Each thread on its own stretch of items, so neighbouring heads (whose output columns can
     // share a cache line) are not written by two threads at once.
     par.for_each_spread(n_items, |item| {
         let chunk = item % chunks;
-        let h = (item / chunks) % num_heads;
-        let b = item / (chunks * num_heads);
-        let (qb0, qb1) = (chunk * q_blocks / chunks, (chunk + 1) * q_blocks / chunks);
-        let job = Item { shape, b, h, qb0, qb1, q, k, v, mask, scale, out: out_ptr, out_row_stride };
+        let g = (item / chunks) % kv_heads;
+        let b = item / (chunks * kv_heads);
+        let (u0, u1) = (chunk * units / chunks, (chunk + 1) * units / chunks);
+        let job = Item { shape, b, g, u0, u1, q, k, v, mask, scale, out: out_ptr, out_row_stride };
         ITEM_SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => job.run(isa, &mut scratch),
             Err(_) => job.run(isa, &mut ItemScratch::default()),
@@ -142,18 +216,18 @@ pub(crate) fn attention(
     });
 }
 
-/// One (batch, head, range of query blocks) of an attention call.
+/// One (batch, K/V head `g`, range `[u0, u1)` of its (query head, query block) units) of an attention call.
 #[derive(Clone, Copy)]
 struct Item<'a> {
     shape: AttnShape,
     b: usize,
-    h: usize,
-    qb0: usize,
-    qb1: usize,
+    g: usize,
+    u0: usize,
+    u1: usize,
     q: RowsView<'a>,
     k: RowsView<'a>,
     v: RowsView<'a>,
-    mask: MaskRef<'a>,
+    mask: Masking<'a>,
     scale: f32,
     out: SendPtr,
     out_row_stride: usize,
@@ -198,16 +272,15 @@ impl Item<'_> {
 
     #[inline(always)]
     unsafe fn run_blocks<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch) {
-        let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
+        let AttnShape { seq_q, seq_k, num_heads, kv_heads, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
         let bc = NV * lanes; // keys per block: NV vectors of scores per row
         let d_vecs = d.div_ceil(lanes);
         let d_pad = d_vecs * lanes;
-        let col = self.h * d;
+        let col = self.g * d;
         let k_base = self.k.offset + self.b * self.k.batch_stride + col;
         let v_base = self.v.offset + self.b * self.v.batch_stride + col;
-        let keep = self.mask.keep().map(|m| &m[self.b * seq_k..(self.b + 1) * seq_k]);
-        let causal = matches!(self.mask, MaskRef::Causal(_));
+        let keep = self.mask.per_key_keep().map(|t| &t.data[self.b * t.batch_stride..][..seq_k]);
         let k_blocks = seq_k.div_ceil(bc);
 
         // The head's K, transposed block by block to [d, bc], and V as [keys, d_pad], both
@@ -240,27 +313,38 @@ impl Item<'_> {
                 sc.block_pad[key] = if j < real { 0.0 } else { 1.0 };
             }
         }
-        for qb in self.qb0..self.qb1 {
-            let q0 = qb * BQ;
+        let q_blocks = seq_q.div_ceil(BQ);
+        let group = num_heads / kv_heads;
+        for u in self.u0..self.u1 {
+            let h = self.g * group + u / q_blocks;
+            let q0 = (u % q_blocks) * BQ;
             let rows = BQ.min(seq_q - q0);
-            self.query_block::<S, NV>(sc, q0, rows, d_vecs, d_pad, k_blocks, keep.is_some(), causal);
+            self.query_block::<S, NV>(sc, h, q0, rows, d_vecs, d_pad, k_blocks, keep.is_some());
         }
     }
 
-    /// Rows `[q0, q0 + rows)` against every key block, then normalized into `out`.
+    /// Rows `[q0, q0 + rows)` of query head `h` against every key block, then normalized into `out`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn query_block<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch, q0: usize, rows: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool, causal: bool) {
+    unsafe fn query_block<S: Simd, const NV: usize>(&self, sc: &mut ItemScratch, h: usize, q0: usize, rows: usize, d_vecs: usize, d_pad: usize, k_blocks: usize, has_keep: bool) {
         let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
         let bc = NV * lanes;
-        let col = self.h * d;
+        let col = h * d;
         let q_base = self.q.offset + self.b * self.q.batch_stride + q0 * self.q.row_stride + col;
+        let Masking { bias, causal, masked_rows, .. } = self.mask;
+        let row_keep = self.mask.row_keep();
+        let masked = masked_rows.masked_score();
         sc.row_max[..rows].fill(f32::NEG_INFINITY);
         sc.row_sum[..rows].fill(0.0);
         sc.acc[..rows * d_pad].fill(0.0);
+        // Causal: keys from `visible_end` on are masked for every row of this block.
+        let visible_end = if causal { (q0 + rows + seq_k).saturating_sub(seq_q).min(seq_k) } else { seq_k };
         for kb in 0..k_blocks {
             let k0 = kb * bc;
+            if k0 >= visible_end && self.rest_is_masked_out(sc, rows) {
+                break;
+            }
             let nk = bc.min(seq_k - k0);
             let kt_ptr = sc.kt[kb * d * bc..].as_ptr();
             let vb_off = k0 * d_pad;
@@ -277,26 +361,30 @@ impl Item<'_> {
                 } else {
                     score_rows::<S, 1, NV>(qp, self.q.row_stride, kt_ptr, bc, d, self.scale, sp);
                 }
-                // Causal masks, then the online-softmax update of every row.
-                if causal {
-                    for r in r0..r0 + take {
-                        let qpos = q0 + r;
-                        if k0 + nk > qpos + 1 {
-                            let srow = &mut sc.scores[(r - r0) * bc..(r - r0) * bc + nk];
-                            for (j, s) in srow.iter_mut().enumerate() {
-                                if k0 + j > qpos {
-                                    *s = MASKED_SCORE;
-                                }
-                            }
+                // Per-row bias, keep mask and causal mask, then the online-softmax update.
+                for r in r0..r0 + take {
+                    let qpos = q0 + r;
+                    let srow = sp.add((r - r0) * bc);
+                    if let Some(t) = bias {
+                        add_row::<S>(srow, t.at(self.b, h, qpos, k0), nk);
+                    }
+                    if let Some(t) = row_keep {
+                        keep_row::<S>(srow, t.at(self.b, h, qpos, k0), nk, masked);
+                    }
+                    // Key j is hidden when j > qpos + seq_k - seq_q.
+                    if causal && k0 + nk + seq_q > qpos + seq_k + 1 {
+                        let first_hidden = (qpos + seq_k + 1).saturating_sub(seq_q).max(k0) - k0;
+                        for j in first_hidden..nk {
+                            *srow.add(j) = masked;
                         }
                     }
                 }
                 let (sp, mp, sump, ap) = (sc.scores.as_mut_ptr(), sc.row_max[r0..].as_mut_ptr(), sc.row_sum[r0..].as_mut_ptr(), sc.acc[r0 * d_pad..].as_mut_ptr());
                 let keep_pad = (has_keep.then_some(kp), (nk < bc).then_some(pp));
                 if take == ROW_GROUP {
-                    softmax_rows::<S, ROW_GROUP, NV>(sp, keep_pad, mp, sump, ap, d_pad, d_vecs);
+                    softmax_rows::<S, ROW_GROUP, NV>(sp, keep_pad, masked, mp, sump, ap, d_pad, d_vecs);
                 } else {
-                    softmax_rows::<S, 1, NV>(sp, keep_pad, mp, sump, ap, d_pad, d_vecs);
+                    softmax_rows::<S, 1, NV>(sp, keep_pad, masked, mp, sump, ap, d_pad, d_vecs);
                 }
                 // acc += P · V for these rows, head_dim ATTN_VECS vectors at a time.
                 let mut c0 = 0;
@@ -325,9 +413,11 @@ impl Item<'_> {
                 r0 += take;
             }
         }
-        // Normalize and write out.
+        // Normalize and write out; a row with no score above −inf is zero when asked (its sum is
+        // 0, so it would be NaN, as numpy's softmax gives).
         for r in 0..rows {
-            let inv = S::splat(1.0 / sc.row_sum[r]);
+            let zero_row = masked_rows == MaskedRows::Zero && sc.row_max[r] == f32::NEG_INFINITY;
+            let inv = if zero_row { S::zero() } else { S::splat(1.0 / sc.row_sum[r]) };
             let ap = sc.acc[r * d_pad..].as_ptr();
             let op = self.out.add((self.b * seq_q + q0 + r) * self.out_row_stride + col);
             for c in 0..d_vecs {
@@ -341,6 +431,47 @@ impl Item<'_> {
             }
         }
     }
+
+    /// Whether the key blocks still to come, causally masked for every row of the block, would
+    /// change nothing: with −inf masking they add exact zeros; with −1e9 they do when every row
+    /// already has a score far above −1e9 (`exp(−1e9 − max)` is then exactly 0).
+    #[inline(always)]
+    fn rest_is_masked_out(&self, sc: &ItemScratch, rows: usize) -> bool {
+        match self.mask.masked_rows {
+            MaskedRows::Zero => true,
+            MaskedRows::Uniform => sc.row_max[..rows].iter().all(|&m| m > MASKED_SCORE + 1.0e3),
+        }
+    }
+}
+
+/// `s[j] += bias[j]` for `j < n`.
+#[inline(always)]
+unsafe fn add_row<S: Simd>(s: *mut f32, bias: *const f32, n: usize) {
+    let lanes = S::LANES;
+    let mut j = 0;
+    while j + lanes <= n {
+        S::store(s.add(j), S::add(S::load(s.add(j)), S::load(bias.add(j))));
+        j += lanes;
+    }
+    if j < n {
+        let m = n - j;
+        S::store_partial(s.add(j), S::add(S::load_partial(s.add(j), m), S::load_partial(bias.add(j), m)), m);
+    }
+}
+
+/// `s[j] = masked` where `keep[j] < 0.5`, for `j < n`.
+#[inline(always)]
+unsafe fn keep_row<S: Simd>(s: *mut f32, keep: *const f32, n: usize, masked: f32) {
+    let (lanes, half, mv) = (S::LANES, S::splat(0.5), S::splat(masked));
+    let mut j = 0;
+    while j + lanes <= n {
+        S::store(s.add(j), S::select_lt(S::load(keep.add(j)), half, mv, S::load(s.add(j))));
+        j += lanes;
+    }
+    if j < n {
+        let m = n - j;
+        S::store_partial(s.add(j), S::select_lt(S::load_partial(keep.add(j), m), half, mv, S::load_partial(s.add(j), m)), m);
+    }
 }
 
 /// Online-softmax update of `R` rows of scores `s` (stride `NV·LANES`) against one key block:
@@ -352,6 +483,7 @@ impl Item<'_> {
 unsafe fn softmax_rows<S: Simd, const R: usize, const NV: usize>(
     s: *mut f32,
     (keep, pad): (Option<*const f32>, Option<*const f32>),
+    masked: f32,
     row_max: *mut f32,
     row_sum: *mut f32,
     acc: *mut f32,
@@ -360,7 +492,7 @@ unsafe fn softmax_rows<S: Simd, const R: usize, const NV: usize>(
 ) {
     let lanes = S::LANES;
     let bc = NV * lanes;
-    let (half, masked, neg_inf) = (S::splat(0.5), S::splat(MASKED_SCORE), S::splat(f32::NEG_INFINITY));
+    let (half, masked, neg_inf) = (S::splat(0.5), S::splat(masked), S::splat(f32::NEG_INFINITY));
     let mut x = [[neg_inf; NV]; R];
     let mut new_max = [0.0f32; R];
     for (r, xr) in x.iter_mut().enumerate() {
@@ -379,7 +511,8 @@ unsafe fn softmax_rows<S: Simd, const R: usize, const NV: usize>(
     }
     let mut vsum = [S::zero(); R];
     for (r, xr) in x.iter().enumerate() {
-        let m = S::splat(new_max[r]);
+        // A row with nothing above −inf yet subtracts 0 (its exps are then 0, not NaN).
+        let m = S::splat(if new_max[r] == f32::NEG_INFINITY { 0.0 } else { new_max[r] });
         for (c, xc) in xr.iter().enumerate() {
             let p = S::exp(S::sub(*xc, m));
             S::store(s.add(r * bc + c * lanes), p);

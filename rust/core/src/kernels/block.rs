@@ -1,6 +1,6 @@
 //! The fused attention block (`qkv = x·Wqkv + b` → RoPE → attention → `out = ctx·Wout + b`), one-shot or prepared with weights packed once and the score scale folded into Q; plus the standalone `attention` entry point.
 
-use super::attention::{self, AttnShape, MaskRef, RowsView};
+use super::attention::{self, AttnShape, MaskedRows, Masking, RowsView, ScoreTensor};
 use super::gemm::{project, PackedWeights, WeightsRef};
 use super::par::{resolve_threads, Par};
 use super::rope::{apply_rope, Rope};
@@ -107,13 +107,19 @@ fn check_call(shape: &BlockShape, hidden: &[f32], mask: Option<&[f32]>, rope: Op
         check_len("mask", m.len(), b * s, &format!("[{b}, {s}]"))?;
     }
     if let Some(r) = rope {
-        if d % 2 != 0 {
-            return Err(err(format!("rope needs an even head_dim, got head_dim={d} (hidden {h} / num_heads {num_heads})")));
-        }
-        check_len("rope cos", r.cos.len(), s * d / 2, &format!("[{s}, {}]", d / 2))?;
-        check_len("rope sin", r.sin.len(), s * d / 2, &format!("[{s}, {}]", d / 2))?;
+        check_rope(r, s, d)?;
     }
     Ok(())
+}
+
+/// Checks rope tables of `positions` rows for heads of `head_dim`.
+fn check_rope(r: &Rope<'_>, positions: usize, d: usize) -> Result<(), KernelError> {
+    let rot = r.rotary_dim;
+    if !rot.is_multiple_of(2) || rot > d || (rot == 0 && d > 0) {
+        return Err(err(format!("rope needs an even rotary_dim between 2 and head_dim={d}, got {rot} (tables of {} columns)", rot / 2)));
+    }
+    check_len("rope cos", r.cos.len(), positions * rot / 2, &format!("[{positions}, {}]", rot / 2))?;
+    check_len("rope sin", r.sin.len(), positions * rot / 2, &format!("[{positions}, {}]", rot / 2))
 }
 
 thread_local! {
@@ -144,6 +150,7 @@ fn run_block(
     out_w: WeightsRef<'_>,
     scale: f32,
     mask: Option<&[f32]>,
+    masked_rows: MaskedRows,
     rope: Option<Rope<'_>>,
     opts: RunOptions,
     out: &mut [f32],
@@ -161,12 +168,12 @@ fn run_block(
             let (qkv, ctx) = buf.split_at_mut(m * 3 * h);
             project(isa, &par, m, hidden, h, qkv_w, qkv, 3 * h);
             if let Some(rope) = rope {
-                apply_rope(isa, &par, qkv, m, seq, 3 * h, &[0, h], num_heads, d, rope);
+                apply_rope(isa, &par, qkv, m, seq, 0, 3 * h, &[0, h], num_heads, d, rope);
             }
             let view = |offset| RowsView { data: &*qkv, offset, row_stride: 3 * h, batch_stride: seq * 3 * h };
-            let attn_shape = AttnShape { batch, seq_q: seq, seq_k: seq, num_heads, head_dim: d };
-            let mask = mask.map_or(MaskRef::None, MaskRef::Keep);
-            attention::attention(isa, &par, attn_shape, view(0), view(h), view(2 * h), mask, scale, ctx, h);
+            let attn_shape = AttnShape { batch, seq_q: seq, seq_k: seq, num_heads, kv_heads: num_heads, head_dim: d };
+            let masking = Masking { keep: mask.map(|m| ScoreTensor::per_key(m, seq)), masked_rows, ..Masking::default() };
+            attention::attention(isa, &par, attn_shape, view(0), view(h), view(2 * h), &masking, scale, ctx, h);
             project(isa, &par, m, ctx, h, out_w, out, h);
         })
     });
@@ -174,12 +181,15 @@ fn run_block(
 
 /// `fused_attention_block` on raw `[in, out]` weights: every argument checked, then computed.
 ///
-/// `mask` is the `[B, S]` keep mask (`None`: every key kept); `out` is `[B, S, H]`.
+/// `mask` is the `[B, S]` keep mask (`None`: every key kept), `masked_rows` what a fully masked
+/// row gives; `out` is `[B, S, H]`.
+#[allow(clippy::too_many_arguments)]
 pub fn fused_attention_block(
     shape: BlockShape,
     hidden: &[f32],
     weights: BlockWeights<'_>,
     mask: Option<&[f32]>,
+    masked_rows: MaskedRows,
     rope: Option<Rope<'_>>,
     opts: RunOptions,
     out: &mut [f32],
@@ -190,7 +200,7 @@ pub fn fused_attention_block(
     let scale = (shape.head_dim() as f32).powf(-0.5);
     let qkv = WeightsRef::row_major(weights.qkv_w, weights.qkv_b, h, 3 * h);
     let out_w = WeightsRef::row_major(weights.out_w, weights.out_b, h, h);
-    run_block(shape, hidden, qkv, out_w, scale, mask, rope, opts, out);
+    run_block(shape, hidden, qkv, out_w, scale, mask, masked_rows, rope, opts, out);
     Ok(())
 }
 
@@ -228,40 +238,72 @@ impl PreparedAttentionBlock {
     }
 
     /// Runs the block on `hidden` `[batch, seq, H]`, writing `out` `[batch, seq, H]`.
-    pub fn run(&self, batch: usize, seq: usize, hidden: &[f32], mask: Option<&[f32]>, rope: Option<Rope<'_>>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(&self, batch: usize, seq: usize, hidden: &[f32], mask: Option<&[f32]>, masked_rows: MaskedRows, rope: Option<Rope<'_>>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
         let shape = BlockShape { batch, seq, hidden: self.hidden, num_heads: self.num_heads };
         check_call(&shape, hidden, mask, rope.as_ref(), out)?;
-        run_block(shape, hidden, self.qkv.as_ref(), self.out.as_ref(), 1.0, mask, rope, opts, out);
+        run_block(shape, hidden, self.qkv.as_ref(), self.out.as_ref(), 1.0, mask, masked_rows, rope, opts, out);
         Ok(())
     }
 }
 
-/// Sizes of a standalone attention call: q is `[batch, seq_q, hidden]`, k and v `[batch, seq_k, hidden]`.
+/// Sizes of a standalone attention call: q is `[batch, seq_q, num_heads·head_dim]`, k and v
+/// `[batch, seq_k, kv_heads·head_dim]` (`kv_heads` dividing `num_heads`: GQA/MQA).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
     pub batch: usize,
     pub seq_q: usize,
     pub seq_k: usize,
-    pub hidden: usize,
     pub num_heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
 }
 
-/// Multi-head attention on `[B, S, H]` inputs: `out = softmax(mask(scale · Q Kᵀ)) V` per head,
-/// with `scale` defaulting to `head_dim^-0.5`.
-#[allow(clippy::too_many_arguments)]
-pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: MaskRef<'_>, scale: Option<f32>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
-    let AttentionShape { batch: b, seq_q, seq_k, hidden: h, num_heads } = shape;
-    let d = check_heads(h, num_heads)?;
-    check_len("q", q.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
-    check_len("k", k.len(), b * seq_k * h, &format!("[{b}, {seq_k}, {h}]"))?;
-    check_len("v", v.len(), b * seq_k * h, &format!("[{b}, {seq_k}, {h}]"))?;
-    check_len("out", out.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
-    match mask {
-        MaskRef::Keep(m) | MaskRef::Causal(Some(m)) => check_len("mask", m.len(), b * seq_k, &format!("[{b}, {seq_k}]"))?,
-        MaskRef::None | MaskRef::Causal(None) => {}
+impl AttentionShape {
+    /// Multi-head attention with as many K/V heads as query heads, `hidden = num_heads·head_dim`.
+    pub fn mha(batch: usize, seq_q: usize, seq_k: usize, hidden: usize, num_heads: usize) -> Self {
+        AttentionShape { batch, seq_q, seq_k, num_heads, kv_heads: num_heads, head_dim: hidden / num_heads.max(1) }
     }
-    if matches!(mask, MaskRef::Causal(_)) && seq_q != seq_k {
-        return Err(err(format!("causal attention needs equal query and key lengths, got {seq_q} and {seq_k}")));
+}
+
+fn check_scores(name: &str, t: &ScoreTensor<'_>, s: &AttentionShape) -> Result<(), KernelError> {
+    if t.covers(s.batch, s.num_heads, s.seq_q, s.seq_k) {
+        return Ok(());
+    }
+    Err(err(format!("{name} has {} elements, too few for its strides over the scores [B, H, Sq, Sk] = [{}, {}, {}, {}]", t.data.len(), s.batch, s.num_heads, s.seq_q, s.seq_k)))
+}
+
+thread_local! {
+    /// Rotated copies of q and k for a standalone attention call with RoPE.
+    static ROPE_SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Multi-head attention on `[B, S, heads·head_dim]` inputs:
+/// `out = softmax(mask(scale · rope(Q) rope(K)ᵀ + bias)) V` per head (see [`Masking`]), with `scale`
+/// defaulting to `head_dim^-0.5`. RoPE tables are `[seq_k, rotary_dim/2]`: key `j` uses row `j`,
+/// query `i` row `i + seq_k − seq_q` (the queries are the last positions, as for causal).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &Masking<'_>, rope: Option<Rope<'_>>, scale: Option<f32>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
+    let AttentionShape { batch: b, seq_q, seq_k, num_heads, kv_heads, head_dim: d } = shape;
+    if num_heads == 0 || kv_heads == 0 || !num_heads.is_multiple_of(kv_heads) {
+        return Err(err(format!("k and v have {kv_heads} heads, which must divide q's num_heads={num_heads}")));
+    }
+    let (h, hkv) = (num_heads * d, kv_heads * d);
+    check_len("q", q.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
+    check_len("k", k.len(), b * seq_k * hkv, &format!("[{b}, {seq_k}, {hkv}]"))?;
+    check_len("v", v.len(), b * seq_k * hkv, &format!("[{b}, {seq_k}, {hkv}]"))?;
+    check_len("out", out.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
+    if let Some(t) = &mask.keep {
+        check_scores("mask", t, &shape)?;
+    }
+    if let Some(t) = &mask.bias {
+        check_scores("bias", t, &shape)?;
+    }
+    if let Some(r) = &rope {
+        if seq_q > seq_k {
+            return Err(err(format!("rope in attention needs seq_q <= seq_k (queries are the last positions), got {seq_q} and {seq_k}")));
+        }
+        check_rope(r, seq_k, d)?;
     }
     if b * seq_q == 0 || h == 0 {
         return Ok(());
@@ -273,9 +315,27 @@ pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: M
     let isa = Isa::select(opts.isa);
     let threads = resolve_threads(opts.threads);
     let flops = 4.0 * (b * seq_q * seq_k * h) as f64;
-    let view = |data| RowsView { data, offset: 0, row_stride: h, batch_stride: 0 };
-    let (qv, kv, vv) = (RowsView { batch_stride: seq_q * h, ..view(q) }, RowsView { batch_stride: seq_k * h, ..view(k) }, RowsView { batch_stride: seq_k * h, ..view(v) });
-    let attn_shape = AttnShape { batch: b, seq_q, seq_k, num_heads, head_dim: d };
-    Par::run(threads, flops, |par| attention::attention(isa, &par, attn_shape, qv, kv, vv, mask, scale, out, h));
+    fn view(data: &[f32], seq: usize, width: usize) -> RowsView<'_> {
+        RowsView { data, offset: 0, row_stride: width, batch_stride: seq * width }
+    }
+    let attn_shape = AttnShape { batch: b, seq_q, seq_k, num_heads, kv_heads, head_dim: d };
+    Par::run(threads, flops, |par| match rope {
+        None => attention::attention(isa, &par, attn_shape, view(q, seq_q, h), view(k, seq_k, hkv), view(v, seq_k, hkv), mask, scale, out, h),
+        Some(rope) => {
+            let mut with = |buf: &mut Vec<f32>| {
+                buf.clear();
+                buf.extend_from_slice(q);
+                buf.extend_from_slice(k);
+                let (qr, kr) = buf.split_at_mut(q.len());
+                apply_rope(isa, &par, qr, b * seq_q, seq_q, seq_k - seq_q, h, &[0], num_heads, d, rope);
+                apply_rope(isa, &par, kr, b * seq_k, seq_k, 0, hkv, &[0], kv_heads, d, rope);
+                attention::attention(isa, &par, attn_shape, view(qr, seq_q, h), view(kr, seq_k, hkv), view(v, seq_k, hkv), mask, scale, out, h);
+            };
+            ROPE_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => with(&mut buf),
+                Err(_) => with(&mut Vec::new()),
+            })
+        }
+    });
     Ok(())
 }

@@ -18,7 +18,7 @@ pub mod simd;
 #[cfg(test)]
 mod tests;
 
-pub use attention::{MaskRef, MASKED_SCORE};
+pub use attention::{MaskedRows, Masking, ScoreTensor, MASKED_SCORE};
 pub use block::{attention, fused_attention_block, AttentionShape, BlockShape, BlockWeights, PreparedAttentionBlock, RunOptions};
 pub use gemm::PackedWeights;
 pub use par::{resolve_threads, PARALLEL_MIN_FLOPS, THREADS_ENV, WAKE_MIN_FLOPS};

@@ -161,7 +161,7 @@ fn run_case(c: &Case, seed: u64) {
     };
     let mask = make_mask(c.mask, b, s, &mut rng);
     let (cos, sin) = rope_tables(s, d / 2);
-    let rope = c.rope.then(|| Rope { cos: &cos, sin: &sin });
+    let rope = c.rope.then(|| Rope::neox(&cos, &sin, d));
     let want = ref_block(c, &x, &w, mask.as_deref(), c.rope.then_some((&cos[..], &sin[..])));
     let shape = BlockShape { batch: b, seq: s, hidden: h, num_heads: c.heads };
     let prepared = PreparedAttentionBlock::new(h, c.heads, w).unwrap();
@@ -169,11 +169,11 @@ fn run_case(c: &Case, seed: u64) {
         for threads in [1, 2] {
             let opts = RunOptions { threads: Some(threads), isa: Some(isa) };
             let mut out = vec![f32::NAN; b * s * h];
-            fused_attention_block(shape, &x, w, mask.as_deref(), rope, opts, &mut out).unwrap();
+            fused_attention_block(shape, &x, w, mask.as_deref(), MaskedRows::Uniform, rope, opts, &mut out).unwrap();
             let what = format!("block {isa} t{threads} b{b} s{s} h{h}/{} bias{} rope{} mask {}", c.heads, c.bias, c.rope, c.mask);
             assert_close(&out, &want, 2e-4, &what);
             let mut out2 = vec![f32::NAN; b * s * h];
-            prepared.run(b, s, &x, mask.as_deref(), rope, opts, &mut out2).unwrap();
+            prepared.run(b, s, &x, mask.as_deref(), MaskedRows::Uniform, rope, opts, &mut out2).unwrap();
             assert_close(&out2, &want, 2e-4, &format!("prepared {what}"));
         }
     }
@@ -204,49 +204,169 @@ fn kernels_block_matches_reference_on_every_path() {
     }
 }
 
-#[test]
-fn kernels_attention_matches_reference_with_every_mask_kind() {
-    let mut rng = Rng(99);
-    let (b, sq, h, heads) = (2, 67, 24, 3);
-    let d = h / heads;
-    for sk in [67usize, 5] {
-        let q = rng.vec(b * sq * h, 1.0);
-        let k = rng.vec(b * sk * h, 1.0);
-        let v = rng.vec(b * sk * h, 1.0);
-        let keep = make_mask("random", b, sk, &mut rng).unwrap();
-        let kinds: Vec<(&str, MaskRef<'_>)> = if sk == sq {
-            vec![("none", MaskRef::None), ("keep", MaskRef::Keep(&keep)), ("causal", MaskRef::Causal(None)), ("causal+keep", MaskRef::Causal(Some(&keep)))]
-        } else {
-            vec![("none", MaskRef::None), ("keep", MaskRef::Keep(&keep))]
-        };
-        for (name, mask) in kinds {
-            let mut want = vec![0.0f64; b * sq * h];
-            for bi in 0..b {
-                for hd in 0..heads {
-                    let rows = |t: &[f32], s: usize| -> Vec<Vec<f64>> { (0..s).map(|si| t[(bi * s + si) * h + hd * d..][..d].iter().map(|&x| x as f64).collect()).collect() };
-                    let keep_fn = |qi: usize, ki: usize| {
-                        let by_mask = match mask {
-                            MaskRef::Keep(m) | MaskRef::Causal(Some(m)) => m[bi * sk + ki] >= 0.5,
-                            _ => true,
-                        };
-                        by_mask && !(matches!(mask, MaskRef::Causal(_)) && ki > qi)
-                    };
-                    let o = ref_attention_head(&rows(&q, sq), &rows(&k, sk), &rows(&v, sk), &keep_fn, 0.3);
-                    for si in 0..sq {
-                        for c in 0..d {
-                            want[(bi * sq + si) * h + hd * d + c] = o[si][c];
-                        }
-                    }
-                }
+/// One attention variant for [`kernels_attention_matches_reference_with_every_variant`].
+struct AttnCase {
+    b: usize,
+    sq: usize,
+    sk: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    /// "none", "keys" ([B, Sk]), "rows" ([B, 1, Sq, Sk]) or "heads" ([B, H, Sq, Sk]).
+    keep: &'static str,
+    bias: bool,
+    causal: bool,
+    rotary: usize,
+    zero_rows: bool,
+}
+
+/// Attention in f64 of an [`AttnCase`], with `s = scale·q·k + bias`, masked keys set to −1e9 or −inf,
+/// and a row of only −inf scores giving zeros (zero mode) or NaN.
+#[allow(clippy::too_many_arguments)]
+fn ref_attention(c: &AttnCase, q: &[f32], k: &[f32], v: &[f32], keep: &[f32], bias: &[f32], rope: Option<(&[f32], &[f32])>, scale: f64) -> Vec<f64> {
+    let (h, hkv) = (c.heads * c.d, c.kv_heads * c.d);
+    let rot = |x: &mut Vec<f64>, pos: usize| {
+        if let Some((cos, sin)) = rope {
+            let half = c.rotary / 2;
+            for i in 0..half {
+                let (cs, sn) = (cos[pos * half + i] as f64, sin[pos * half + i] as f64);
+                let (x1, x2) = (x[i], x[i + half]);
+                x[i] = x1 * cs - x2 * sn;
+                x[i + half] = x2 * cs + x1 * sn;
             }
-            for isa in Isa::available() {
-                let mut out = vec![f32::NAN; b * sq * h];
-                let shape = AttentionShape { batch: b, seq_q: sq, seq_k: sk, hidden: h, num_heads: heads };
-                attention(shape, &q, &k, &v, mask, Some(0.3), RunOptions { threads: Some(2), isa: Some(isa) }, &mut out).unwrap();
-                assert_close(&out, &want, 1e-4, &format!("attention {name} {isa} sk{sk}"));
+        }
+    };
+    let mut out = vec![0.0f64; c.b * c.sq * h];
+    for bi in 0..c.b {
+        for hd in 0..c.heads {
+            let g = hd / (c.heads / c.kv_heads);
+            let krow = |t: &[f32], j: usize| -> Vec<f64> { t[(bi * c.sk + j) * hkv + g * c.d..][..c.d].iter().map(|&x| x as f64).collect() };
+            for qi in 0..c.sq {
+                let mut qr: Vec<f64> = q[(bi * c.sq + qi) * h + hd * c.d..][..c.d].iter().map(|&x| x as f64).collect();
+                rot(&mut qr, qi + c.sk - c.sq);
+                let masked = if c.zero_rows { f64::NEG_INFINITY } else { -1e9 };
+                let scores: Vec<f64> = (0..c.sk)
+                    .map(|ki| {
+                        let mut kr = krow(k, ki);
+                        rot(&mut kr, ki);
+                        let at = ((bi * c.heads + hd) * c.sq + qi) * c.sk + ki;
+                        let mut sc = scale * qr.iter().zip(&kr).map(|(a, b)| a * b).sum::<f64>();
+                        if c.bias {
+                            sc += bias[at] as f64;
+                        }
+                        let hidden = (c.keep != "none" && keep[at] < 0.5) || (c.causal && ki + c.sq > qi + c.sk);
+                        if hidden {
+                            masked
+                        } else {
+                            sc
+                        }
+                    })
+                    .collect();
+                let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if mx == f64::NEG_INFINITY && c.zero_rows {
+                    continue;
+                }
+                let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for col in 0..c.d {
+                    out[(bi * c.sq + qi) * h + hd * c.d + col] = (0..c.sk).map(|ki| e[ki] * krow(v, ki)[col]).sum::<f64>() / sum;
+                }
             }
         }
     }
+    out
+}
+
+#[test]
+fn kernels_attention_matches_reference_with_every_variant() {
+    let base = AttnCase { b: 2, sq: 67, sk: 67, heads: 3, kv_heads: 3, d: 8, keep: "none", bias: false, causal: false, rotary: 0, zero_rows: false };
+    let cases = [
+        AttnCase { keep: "keys", ..base },
+        AttnCase { causal: true, ..base },
+        AttnCase { causal: true, keep: "keys", ..base },
+        AttnCase { sk: 5, keep: "keys", ..base },
+        AttnCase { sq: 5, sk: 70, causal: true, keep: "rows", ..base },
+        AttnCase { sq: 70, sk: 9, causal: true, ..base },
+        AttnCase { sq: 70, sk: 9, causal: true, zero_rows: true, ..base },
+        AttnCase { keep: "heads", bias: true, d: 13, ..base },
+        AttnCase { sq: 1, sk: 1, keep: "keys", zero_rows: true, ..base },
+        AttnCase { keep: "rows", bias: true, zero_rows: true, heads: 4, kv_heads: 2, ..base },
+        AttnCase { sq: 130, sk: 130, heads: 4, kv_heads: 1, causal: true, bias: true, ..base },
+        AttnCase { heads: 6, kv_heads: 2, d: 12, rotary: 12, causal: true, ..base },
+        AttnCase { sq: 3, sk: 20, d: 12, rotary: 4, keep: "keys", ..base },
+    ];
+    for (n, c) in cases.iter().enumerate() {
+        let mut rng = Rng(99 + n as u64);
+        let (h, hkv) = (c.heads * c.d, c.kv_heads * c.d);
+        let q = rng.vec(c.b * c.sq * h, 1.0);
+        let k = rng.vec(c.b * c.sk * hkv, 1.0);
+        let v = rng.vec(c.b * c.sk * hkv, 1.0);
+        let full = c.b * c.heads * c.sq * c.sk;
+        // A [B, H, Sq, Sk] keep mask of the case's kind (constant over broadcast dims), with batch 1's
+        // query row 0 fully masked; a bias with some −inf.
+        let mut keep = vec![1.0f32; full];
+        let per_key: Vec<f32> = (0..c.b * c.sk).map(|_| if rng.next_f32() > -0.4 { 1.0 } else { 0.0 }).collect();
+        let per_row: Vec<f32> = (0..c.b * c.sq * c.sk).map(|i| if rng.next_f32() > -0.4 && !(i / (c.sq * c.sk) == 1 && i % (c.sq * c.sk) < c.sk) { 1.0 } else { 0.0 }).collect();
+        for bi in 0..c.b {
+            for hd in 0..c.heads {
+                for qi in 0..c.sq {
+                    for ki in 0..c.sk {
+                        let at = ((bi * c.heads + hd) * c.sq + qi) * c.sk + ki;
+                        keep[at] = match c.keep {
+                            "keys" => per_key[bi * c.sk + ki],
+                            "rows" => per_row[(bi * c.sq + qi) * c.sk + ki],
+                            "heads" => if rng.next_f32() > -0.4 { 1.0 } else { 0.0 },
+                            _ => 1.0,
+                        };
+                    }
+                }
+            }
+        }
+        let bias: Vec<f32> = (0..full).map(|_| match rng.next_f32() { u if u < -0.9 => f32::NEG_INFINITY, u => 2.0 * u }).collect();
+        let rope_tabs = rope_tables(c.sk, c.rotary / 2);
+        let rope = (c.rotary > 0).then(|| Rope { cos: &rope_tabs.0, sin: &rope_tabs.1, rotary_dim: c.rotary, interleaved: false });
+        let want = ref_attention(c, &q, &k, &v, &keep, &bias, rope.map(|r| (r.cos, r.sin)), 0.3);
+        let keep_t = match c.keep {
+            "keys" => Some(ScoreTensor::per_key(&per_key, c.sk)),
+            "rows" => Some(ScoreTensor { data: &per_row, batch_stride: c.sq * c.sk, head_stride: 0, row_stride: c.sk }),
+            "heads" => Some(ScoreTensor { data: &keep, batch_stride: c.heads * c.sq * c.sk, head_stride: c.sq * c.sk, row_stride: c.sk }),
+            _ => None,
+        };
+        let masking = Masking {
+            keep: keep_t,
+            bias: c.bias.then_some(ScoreTensor { data: &bias, batch_stride: c.heads * c.sq * c.sk, head_stride: c.sq * c.sk, row_stride: c.sk }),
+            causal: c.causal,
+            masked_rows: if c.zero_rows { MaskedRows::Zero } else { MaskedRows::Uniform },
+        };
+        let shape = AttentionShape { batch: c.b, seq_q: c.sq, seq_k: c.sk, num_heads: c.heads, kv_heads: c.kv_heads, head_dim: c.d };
+        for isa in Isa::available() {
+            for threads in [1, 2] {
+                let mut out = vec![f32::NAN; c.b * c.sq * h];
+                attention(shape, &q, &k, &v, &masking, rope, Some(0.3), RunOptions { threads: Some(threads), isa: Some(isa) }, &mut out).unwrap();
+                let got_nan: Vec<bool> = out.iter().map(|x| x.is_nan()).collect();
+                let want_nan: Vec<bool> = want.iter().map(|x| x.is_nan()).collect();
+                assert_eq!(got_nan, want_nan, "case {n} {isa} t{threads}: NaN positions");
+                let (g, w): (Vec<f32>, Vec<f64>) = out.iter().zip(&want).filter(|(_, w)| !w.is_nan()).map(|(&g, &w)| (g, w)).unzip();
+                assert_close(&g, &w, 1e-4, &format!("attention case {n} {isa} t{threads}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn kernels_attention_rejects_bad_masks_and_heads() {
+    let (q, k) = (vec![0.0f32; 2 * 3 * 8], vec![0.0f32; 2 * 5 * 4]);
+    let mut out = vec![0.0f32; 2 * 3 * 8];
+    let shape = AttentionShape { batch: 2, seq_q: 3, seq_k: 5, num_heads: 2, kv_heads: 1, head_dim: 4 };
+    let short = vec![1.0f32; 9];
+    let e = attention(shape, &q, &k, &k, &Masking::keep_keys(&short, 5), None, None, RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("mask") && e.0.contains("[2, 2, 3, 5]"), "{e}");
+    let e = attention(AttentionShape { kv_heads: 3, ..shape }, &q, &k, &k, &Masking::default(), None, None, RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("must divide"), "{e}");
+    let (cos, sin) = rope_tables(5, 2);
+    let e = attention(AttentionShape { seq_q: 6, ..shape }, &[0.0; 96], &k, &k, &Masking::default(), Some(Rope::neox(&cos, &sin, 4)), None, RunOptions::default(), &mut [0.0; 96]).unwrap_err();
+    assert!(e.0.contains("seq_q <= seq_k"), "{e}");
+    attention(shape, &q, &k, &k, &Masking::default(), Some(Rope::neox(&cos, &sin, 4)), None, RunOptions::default(), &mut out).unwrap();
 }
 
 #[test]
@@ -295,7 +415,7 @@ fn kernels_nan_propagates_like_numpy() {
     for isa in Isa::available() {
         let mut out = vec![0.0f32; b * s * h];
         let shape = BlockShape { batch: b, seq: s, hidden: h, num_heads: heads };
-        fused_attention_block(shape, &x, w, None, None, RunOptions { threads: Some(1), isa: Some(isa) }, &mut out).unwrap();
+        fused_attention_block(shape, &x, w, None, MaskedRows::Uniform, None, RunOptions { threads: Some(1), isa: Some(isa) }, &mut out).unwrap();
         assert!(out[..s * h].iter().all(|v| v.is_finite()), "{isa}: batch 0 untouched");
         assert!(out[s * h..].iter().all(|v| v.is_nan()), "{isa}: batch 1 all NaN, as numpy gives");
     }
@@ -309,17 +429,17 @@ fn kernels_reject_bad_shapes_with_named_arguments() {
     let x = vec![0.0f32; 16];
     let mut out = vec![0.0f32; 16];
     let shape = BlockShape { batch: 1, seq: 2, hidden: 8, num_heads: 3 };
-    let e = fused_attention_block(shape, &x, bw, None, None, RunOptions::default(), &mut out).unwrap_err();
+    let e = fused_attention_block(shape, &x, bw, None, MaskedRows::Uniform, None, RunOptions::default(), &mut out).unwrap_err();
     assert!(e.0.contains("num_heads=3"), "{e}");
     let shape = BlockShape { num_heads: 2, ..shape };
-    let e = fused_attention_block(shape, &x[..15], bw, None, None, RunOptions::default(), &mut out).unwrap_err();
+    let e = fused_attention_block(shape, &x[..15], bw, None, MaskedRows::Uniform, None, RunOptions::default(), &mut out).unwrap_err();
     assert!(e.0.contains("hidden") && e.0.contains("[1, 2, 8]"), "{e}");
-    let e = fused_attention_block(shape, &x, bw, Some(&[1.0]), None, RunOptions::default(), &mut out).unwrap_err();
+    let e = fused_attention_block(shape, &x, bw, Some(&[1.0]), MaskedRows::Uniform, None, RunOptions::default(), &mut out).unwrap_err();
     assert!(e.0.contains("mask") && e.0.contains("[1, 2]"), "{e}");
     let cos = vec![0.0f32; 4];
     let shape_odd = BlockShape { num_heads: 8, ..shape };
-    let e = fused_attention_block(shape_odd, &x, bw, None, Some(Rope { cos: &cos, sin: &cos }), RunOptions::default(), &mut out).unwrap_err();
-    assert!(e.0.contains("even head_dim"), "{e}");
+    let e = fused_attention_block(shape_odd, &x, bw, None, MaskedRows::Uniform, Some(Rope::neox(&cos, &cos, 1)), RunOptions::default(), &mut out).unwrap_err();
+    assert!(e.0.contains("even rotary_dim"), "{e}");
     let bad = BlockWeights { qkv_w: &w[..10], ..bw };
     assert!(PreparedAttentionBlock::new(8, 2, bad).unwrap_err().0.contains("qkv_w"));
 }
@@ -391,11 +511,11 @@ fn kernels_attention_timing() {
             let mask = vec![1.0f32; m];
             let mut ctx = vec![0.0f32; m * h];
             let view = |offset| RowsView { data: &qkv[..], offset, row_stride: 3 * h, batch_stride: s * 3 * h };
-            let shape = AttnShape { batch: b, seq_q: s, seq_k: s, num_heads: heads, head_dim: h / heads };
+            let shape = AttnShape { batch: b, seq_q: s, seq_k: s, num_heads: heads, kv_heads: heads, head_dim: h / heads };
             let mut times: Vec<f64> = (0..16)
                 .map(|_| {
                     let t = Instant::now();
-                    attention::attention(isa, &Par::SERIAL, shape, view(0), view(h), view(2 * h), MaskRef::Keep(&mask), 0.125, &mut ctx, h);
+                    attention::attention(isa, &Par::SERIAL, shape, view(0), view(h), view(2 * h), &Masking::keep_keys(&mask, s), 0.125, &mut ctx, h);
                     t.elapsed().as_secs_f64()
                 })
                 .skip(1)
@@ -532,7 +652,7 @@ fn kernels_block_phase_timing() {
             let mut ctx = vec![0.0f32; m * h];
             let opts = RunOptions { threads: Some(threads), isa: None };
             let mut attn_out = vec![0.0f32; m * h];
-            let attn_shape = AttnShape { batch: b, seq_q: s, seq_k: s, num_heads: heads, head_dim: h / heads };
+            let attn_shape = AttnShape { batch: b, seq_q: s, seq_k: s, num_heads: heads, kv_heads: heads, head_dim: h / heads };
             let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
             for _ in 0..(4000 / m).clamp(5, 40) {
                 // Each phase reads its own copy of the weights: two untimed calls first, so that
@@ -544,7 +664,7 @@ fn kernels_block_phase_timing() {
                     f();
                     t[slot].push(t0.elapsed().as_secs_f64() * 1e6);
                 };
-                time(0, &mut || block.run(b, s, &x, None, None, opts, &mut out).unwrap());
+                time(0, &mut || block.run(b, s, &x, None, MaskedRows::Uniform, None, opts, &mut out).unwrap());
                 time(1, &mut || Par::run(threads, f64::INFINITY, |par| project(isa, &par, m, &x, h, pq.as_ref(), &mut qkv, 3 * h)));
                 time(2, &mut || Par::run(threads, f64::INFINITY, |par| project(isa, &par, m, &x, h, po.as_ref(), &mut ctx, h)));
                 time(3, &mut || {
@@ -556,7 +676,7 @@ fn kernels_block_phase_timing() {
                 let view = |offset| RowsView { data: &qkv[..], offset, row_stride: 3 * h, batch_stride: s * 3 * h };
                 time(4, &mut || {
                     Par::run(threads, f64::INFINITY, |par| {
-                        attention::attention(isa, &par, attn_shape, view(0), view(h), view(2 * h), MaskRef::None, 0.125, &mut attn_out, h)
+                        attention::attention(isa, &par, attn_shape, view(0), view(h), view(2 * h), &Masking::default(), 0.125, &mut attn_out, h)
                     })
                 });
             }
