@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 import rlx_rules
 from rlx_rules.api import RuleSet
 from rlx_rules.onnx.importer import convert
-from rlx_rules.verify import single_rule_program
+from rlx_rules.tools.verify import single_rule_program
 
 import onnx_models  # tests/: the ONNX model builders shared with the ONNX tests
 from onnx_models import Weights, const, model

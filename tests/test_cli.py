@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import rlx_rules
-from rlx_rules.cli import ExitCode, main
+from rlx_rules.cli import ExitCode
+from rlx_rules.cli.app import main
 
 from conftest import seed_graph
 

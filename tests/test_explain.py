@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rlx_rules.cli import main
+from rlx_rules.cli.app import main
 
 from conftest import add_node, node_named, seed_graph
 

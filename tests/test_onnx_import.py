@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from rlx_rules.errors import OnnxImportError  # noqa: E402
 from rlx_rules.graph import Graph  # noqa: E402
-from rlx_rules.import_cli import main as import_main  # noqa: E402
+from rlx_rules.cli.app import main as import_main  # noqa: E402
 from rlx_rules.onnx.importer import convert, import_onnx  # noqa: E402
 
 CORPUS = pathlib.Path(__file__).parents[1].parent / "shared" / "corpus"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import rlx_rules
-from rlx_rules.verify import verify
+from rlx_rules.tools.verify import verify
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "python" / "rlx_rules" / "rules" / "onnx" / "default.rlxr"

@@ -7,7 +7,7 @@ import pytest
 
 from rlx_rules.errors import GraphError
 from rlx_rules.graph import load_graph
-from rlx_rules.import_cli import main as cli_main
+from rlx_rules.cli.app import main as cli_main
 from rlx_rules.onnx.rlx_json import export_rlx_json, from_rlx_json, import_rlx_json, to_rlx_json
 
 

@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 import rlx_rules
-from rlx_rules.cli import ExitCode, main
+from rlx_rules.cli import ExitCode
+from rlx_rules.cli.app import main
 
 RULE = "rule r {{ match {{ a = Relu(x) }} where {} rewrite a => Gelu(x) }}"
 

@@ -11,9 +11,10 @@ import time
 import pytest
 
 import rlx_rules
-from rlx_rules import show
-from rlx_rules.cli import ExitCode, main
-from rlx_rules.progress import enabled_for, progress
+from rlx_rules.tools import show
+from rlx_rules.cli import ExitCode
+from rlx_rules.cli.app import main
+from rlx_rules.tools.progress import enabled_for, progress
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_dot_labels_are_escaped():
     assert '\\"quoted\\" \\\\ name\\nx' in text
 
 
-# ---- progress (rlx_rules.progress, used by `rlx-rules apply`) ----
+# ---- progress (rlx_rules.tools.progress, used by `rlx-rules apply`) ----
 
 class FakeTty(io.StringIO):
     def isatty(self):

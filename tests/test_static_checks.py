@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import rlx_rules
-from rlx_rules.cli import ExitCode, main
+from rlx_rules.cli import ExitCode
+from rlx_rules.cli.app import main
 
 ATTN = "rule {name} {{ match {{ n = Attention(q, k, v){constraint} }} where q != k and v == v{where} rewrite n => Relu(q) }}\n"
 

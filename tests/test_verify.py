@@ -7,8 +7,9 @@ import pathlib
 import pytest
 
 import rlx_rules
-from rlx_rules.cli import ExitCode, main
-from rlx_rules.verify import verify
+from rlx_rules.cli import ExitCode
+from rlx_rules.cli.app import main
+from rlx_rules.tools.verify import verify
 
 WRONG = pathlib.Path(__file__).parent / "rules" / "wrong"
 
@@ -112,7 +113,7 @@ def test_a_rewrite_that_needs_more_than_its_fact_is_caught(tmp_path):
 
 
 def test_mutants_of_an_inline_tensor_attribute():
-    from rlx_rules.verify import _attr_alternatives
+    from rlx_rules.tools.verify import _attr_alternatives
 
     assert _attr_alternatives([[1.0, 2.0], [3.0, 4.0]]) == [[[1.0, 2.0]]]
     assert _attr_alternatives([0, 2, 1, 3]) == [[0, 2, 1], [0, 2, 1, 4]]

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
+from .tools.explain import format_miss
+
 
 @dataclass
 class Report:
@@ -90,23 +92,3 @@ class Report:
         if changed:
             lines.append("ops: " + ", ".join(f"{op} {before.get(op, 0)}->{after.get(op, 0)}" for op in changed))
         return "\n".join(lines)
-
-
-def format_miss(record: dict) -> str:
-    """One near-miss record as text: the rule, the candidate, what matched, and each failed check."""
-    where = f" at {record['root_label']}" if record.get("root_label") else ""
-    head = f"{record['rule']}{where}: "
-    if record["structure_matched"]:
-        head += f"pattern matched; {len(record['failed'])} guard{'s' if len(record['failed']) != 1 else ''} failed"
-    elif record.get("root") is None:
-        head += "gate closed"
-    else:
-        head += f"pattern matched {record['progress']} of {record['total']} checks"
-    lines = [head]
-    for check in record["failed"]:
-        loc = f"{check['loc']}: " if check["loc"] else ""
-        lines.append(f"  {loc}{check['check']} failed: {check['detail']}")
-    if record.get("bindings"):
-        lines.append("  bindings: " + ", ".join(f"{k} = {v}" for k, v in record["bindings"].items()
-                                                 if not k.startswith("$")))
-    return "\n".join(lines)

@@ -30,9 +30,9 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from .api import RuleSet, compile_rules, default_rules
-from .errors import RlxRulesError
-from .graph import Graph
+from ..api import RuleSet, compile_rules, default_rules
+from ..errors import RlxRulesError
+from ..graph import Graph
 from .synthesize import synthesize
 
 RTOL, ATOL = 1e-6, 1e-8
@@ -110,7 +110,7 @@ def guard_texts(program: dict, rule: dict) -> list[str]:
 
 def same_values(before: Graph, after: Graph, seed: int) -> Optional[str]:
     """None if the graphs compute the same outputs on random values, else what differed."""
-    from .interpret.core import random_values, run
+    from ..interpret.core import random_values, run
 
     inputs, params = random_values(before, seed=seed, scale=0.5)
     try:
@@ -131,7 +131,7 @@ def same_values(before: Graph, after: Graph, seed: int) -> Optional[str]:
 
 
 def runnable(graph: Graph, seed: int) -> bool:
-    from .interpret.core import random_values, run
+    from ..interpret.core import random_values, run
 
     try:
         run(graph, *random_values(graph, seed=seed))
@@ -215,7 +215,7 @@ def param_mutants(declared: list[dict], params: dict) -> Iterator[tuple[str, dic
 
 
 def _enum_values() -> dict:
-    from .lang.registry import builtin_registry
+    from ..lang.registry import builtin_registry
 
     return {(op, attr): spec.values for op, ops in builtin_registry().ops.items()
             for attr, spec in ops.attrs.items() if spec.values}

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from .lang.registry import Registry, builtin_registry
+from ..lang.registry import Registry, builtin_registry
 
 LEAF_SHAPE = [2, 4, 24]
 MAX_ROUNDS = 60
@@ -146,8 +146,8 @@ class Skeleton:
 
     # ---- shapes, by running the ops ----
     def infer_shapes(self) -> None:
-        from .interpret.core import Interpreter
-        from .interpret.optable import OPS
+        from ..interpret.core import Interpreter
+        from ..interpret.optable import OPS
 
         runner = Interpreter({"format": "rlx-graph", "version": 1, "nodes": [], "outputs": []})
         self.consistent = True
@@ -383,7 +383,7 @@ class Skeleton:
 
 
 def _as_node(nid: int, n: dict):
-    from .graph import Node
+    from ..graph import Node
 
     return Node(nid, n["op"], tuple(n["inputs"]), dict(n["attrs"]), None, "f32", n["name"])
 

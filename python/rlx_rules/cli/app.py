@@ -1,0 +1,46 @@
+"""The `rlx-rules` parser and `main`: each command module adds its sub-command; typed errors become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from ..errors import ApplyError, GraphError, ParamError, ProgramError, RuleError
+from . import EXAMPLES, ExitCode
+from . import apply, check, explain, export, import_model, show, verify
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlx-rules", description="Declarative pattern-matching rewrites for ML computation graphs.",
+        epilog=EXAMPLES + "\nexit codes: " + ", ".join(f"{c.value} {c.name.lower()}" for c in ExitCode),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (apply, explain, check, verify, import_model, export, show):
+        command.add_command(sub)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except RuleError as e:
+        print(e, file=sys.stderr)
+        return ExitCode.RULE_ERROR
+    except ParamError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.PARAM_ERROR
+    except GraphError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.GRAPH_ERROR
+    except (ApplyError, ProgramError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.APPLY_ERROR
+    except BrokenPipeError:
+        return ExitCode.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

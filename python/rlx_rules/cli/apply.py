@@ -1,0 +1,81 @@
+"""`rlx-rules apply`: apply rules to a graph.json and print the report (text or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ..errors import GraphError
+from . import EXAMPLES, ExitCode, add_set_option, parse_sets
+
+
+def default_output(graph_path: str) -> str:
+    base = graph_path[:-5] if graph_path.endswith(".json") else graph_path
+    return base + ".fused.json"
+
+
+def same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..api import load_rules
+    from ..graph import Graph
+
+    rules = load_rules(*args.rules, params=parse_sets(args.set))
+    for w in rules.warnings:
+        print(w.format(), file=sys.stderr)
+    graph = Graph.load(args.graph)
+    if not args.quiet:
+        for w in graph.warnings:
+            print(f"warning: {args.graph}: {w}", file=sys.stderr)
+    fail_after = os.environ.get("RLX_RULES_DEBUG_FAIL_AFTER_REWRITES")
+    from ..tools.progress import progress
+
+    with progress(f"rlx-rules apply: {args.graph}", quiet=args.quiet):
+        fused, report = rules.apply(graph, max_rewrites=args.max_rewrites, time_budget_s=args.time_budget,
+                                    fail_after_rewrites=int(fail_after) if fail_after else None, explain=args.explain)
+    out = args.output or default_output(args.graph)
+    to_stdout = out == "-"
+    if not to_stdout and same_file(out, args.graph) and not args.in_place:
+        print(f"error: output {out} is the input graph; pass --in-place to overwrite it", file=sys.stderr)
+        return ExitCode.USAGE
+    if to_stdout:
+        sys.stdout.write(fused.to_json(pretty=args.pretty) + "\n")
+    else:
+        try:
+            fused.write(out, pretty=args.pretty)
+        except GraphError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return ExitCode.OUTPUT_ERROR
+    stream = sys.stderr if to_stdout else sys.stdout
+    if args.json:
+        data = dict(report.data, input=args.graph, output=out)
+        print(json.dumps(data, indent=2), file=stream)
+    elif not args.quiet:
+        print(f"rlx-rules apply: {args.graph} -> {'stdout' if to_stdout else out}", file=stream)
+        print(report, file=stream)
+    return ExitCode.OK
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("apply", help="apply rules to a graph.json", epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("graph", help="input graph.json (never overwritten unless --in-place)")
+    p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
+                   help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @default)")
+    p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout)")
+    add_set_option(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--pretty", action="store_true", help="write the graph with one node per line")
+    p.add_argument("--in-place", action="store_true", help="allow the output to replace the input graph")
+    p.add_argument("--max-rewrites", type=int, default=None, help="fail if more rewrites than this are needed")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="fail if apply takes longer")
+    p.add_argument("--explain", action="store_true", help="add each unfired rule's best near miss to the report")
+    p.add_argument("-q", "--quiet", action="store_true", help="print no report")
+    p.set_defaults(run=run)

@@ -1,0 +1,31 @@
+"""`rlx-rules check`: check rule files and print every error and warning."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import ExitCode
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..api import compile_rules
+
+    rules = compile_rules(args.rules)
+    for w in rules.warnings:
+        print(w.format(), file=sys.stderr)
+    if not args.quiet:
+        params = ", ".join(p["name"] for p in rules.program["params"]) or "none"
+        print(f"ok: {len(rules.rule_names)} rules in {len(rules.phases)} phases "
+              f"({', '.join(rules.phases)}); params: {params}")
+    if args.strict and rules.warnings:
+        return ExitCode.RULE_ERROR
+    return ExitCode.OK
+
+
+def add_command(subparsers) -> None:
+    c = subparsers.add_parser("check", help="check rule files and print every error")
+    c.add_argument("rules", nargs="+", help="rule files")
+    c.add_argument("--strict", action="store_true", help="treat warnings as errors")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(run=run)

@@ -1,0 +1,37 @@
+"""`rlx-rules explain`: why rules did (not) fire, as near misses with the failing check and the values."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from . import ExitCode, add_set_option, parse_sets
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..api import load_rules
+    from ..graph import Graph
+    from ..tools.explain import format_miss
+
+    rules = load_rules(*args.rules, params=parse_sets(args.set))
+    records = rules.explain(Graph.load(args.graph), rule=args.rule, node=args.node, all=args.all)
+    if args.json:
+        print(json.dumps(records, indent=2))
+    elif not records:
+        print("nothing to explain: every candidate matched (see `rlx-rules apply` for what fired)")
+    else:
+        print("\n".join(format_miss(r) for r in records))
+    return ExitCode.OK
+
+
+def add_command(subparsers) -> None:
+    e = subparsers.add_parser("explain", help="why rules did (not) fire: near misses with the failing check and values")
+    e.add_argument("graph", help="input graph.json")
+    e.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
+                   help="rule files, or @NAME for a bundled set (default: @default)")
+    e.add_argument("--rule", help="only this rule")
+    e.add_argument("--node", type=int, help="only candidates whose match involves this node id")
+    e.add_argument("--all", action="store_true", help="every near miss, not just the best per rule")
+    add_set_option(e)
+    e.add_argument("--json", action="store_true", help="print the records as JSON")
+    e.set_defaults(run=run)

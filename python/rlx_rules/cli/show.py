@@ -1,0 +1,79 @@
+"""`rlx-rules show`: a graph's summary, and Graphviz drawings (DOT, SVG) before and after rules."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from ..graph import Graph
+from ..tools.show import DotMissing, _write_atomic, fused_ids, neighbourhood, render_svg, summary, to_dot
+from . import ExitCode, add_set_option, parse_sets
+
+SHOW_EXAMPLES = """\
+examples:
+  rlx-rules show model.graph.json                        # size, op histogram, inputs, outputs
+  rlx-rules show model.graph.json -r                     # also after the bundled rules
+  rlx-rules show model.graph.json --node 12 --radius 2 --dot part.dot
+  rlx-rules show model.graph.json -r my.rlxr --svg fused.svg   (needs Graphviz's dot)
+"""
+
+
+def run(args: argparse.Namespace) -> int:
+    before = Graph.load(args.graph)
+    after = None
+    if args.rules is not None:
+        from ..api import load_rules
+
+        rules = load_rules(*args.rules, params=parse_sets(args.set))
+        after, _report = rules.apply(before)
+    if args.node is not None:
+        part = neighbourhood(before, args.node, args.radius)  # a GraphError for an unknown id
+        print(f"around %{args.node} (radius {args.radius}): {len(part)} nodes")
+    print(summary(before, "before" if after is not None else "graph"))
+    if after is not None:
+        fused = fused_ids(before, after)
+        print()
+        print(summary(after, "after"))
+        print(f"fused or new nodes: {len(fused)}" + (f" ({', '.join(f'%{i}' for i in sorted(fused)[:20])}"
+                                                       f"{', ...' if len(fused) > 20 else ''})" if fused else ""))
+    if args.dot or args.svg:
+        text = to_dot(before, after, node=args.node, radius=args.radius)
+        if args.dot:
+            try:
+                if args.dot == "-":
+                    sys.stdout.write(text)
+                else:
+                    _write_atomic(args.dot, text.encode("utf-8"))
+            except OSError as e:
+                print(f"error: cannot write {args.dot}: {e.strerror or e}", file=sys.stderr)
+                return ExitCode.OUTPUT_ERROR
+        if args.svg:
+            try:
+                svg = render_svg(text)
+            except DotMissing as e:
+                print(f"error: {e}", file=sys.stderr)
+                return ExitCode.USAGE
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return ExitCode.OUTPUT_ERROR
+            try:
+                _write_atomic(args.svg, svg)
+            except OSError as e:
+                print(f"error: cannot write {args.svg}: {e.strerror or e}", file=sys.stderr)
+                return ExitCode.OUTPUT_ERROR
+    return ExitCode.OK
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("show", help="summarize a graph and draw it (DOT/SVG), before and after rules",
+                              epilog=SHOW_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("graph", help="input graph.json")
+    p.add_argument("-r", "--rules", nargs="*", default=None, metavar="RULES",
+                   help="also show the graph after these rules (no files: the bundled library)")
+    add_set_option(p)
+    p.add_argument("--node", type=int, help="draw only the part around this node id")
+    p.add_argument("--radius", type=int, default=2, help="with --node: how many edges away (default 2)")
+    p.add_argument("--dot", metavar="FILE", help="write the drawing as Graphviz DOT text ('-' for stdout)")
+    p.add_argument("--svg", metavar="FILE", help="write the drawing as SVG (needs Graphviz's dot)")
+    p.set_defaults(run=run)
