@@ -1,4 +1,4 @@
-"""Plain numpy float64 reference of the fused attention block and of attention (used by the kernel tests), with a self-check against explicit loops."""
+"""Plain numpy float64 reference of the fused attention block and of attention with every mask, bias, GQA and RoPE variant (used by the kernel tests), with self-checks against explicit loops."""
 
 from __future__ import annotations
 
@@ -25,41 +25,86 @@ def _merge(t):
     return t.transpose(0, 2, 1, 3).reshape(b, s, nh * d)
 
 
-def _rotate(x, cos, sin):
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+def _rotate(x, cos, sin, style="neox"):
+    """RoPE of the first ``2·cos.shape[-1]`` dims of each head of ``x`` ``[..., S, d]``; the rest pass through."""
+    rot = 2 * cos.shape[-1]
+    out = x.copy()
+    if style == "neox":
+        i1, i2 = slice(0, rot // 2), slice(rot // 2, rot)
+    else:
+        i1, i2 = slice(0, rot, 2), slice(1, rot, 2)
+    x1, x2 = x[..., i1], x[..., i2]
+    out[..., i1] = x1 * cos - x2 * sin
+    out[..., i2] = x2 * cos + x1 * sin
+    return out
 
 
-def attention_heads(q, k, v, keep, scale):
-    """``softmax(where(keep, scale·q kᵀ, -1e9)) v`` over ``[B, nh, S, d]``; ``keep`` broadcasts to scores."""
-    with np.errstate(invalid="ignore", over="ignore"):
+def _scores4(t, shape):
+    """A mask or bias ``[B, Sk]``, ``[B, Sq, Sk]`` or ``[B, H, Sq, Sk]`` broadcast to the scores ``shape``."""
+    t = np.asarray(t, np.float64)
+    t = t[:, None, None, :] if t.ndim == 2 else t[:, None] if t.ndim == 3 else t
+    return np.broadcast_to(t, shape)
+
+
+def attention_heads(q, k, v, keep, scale, bias=None, masked_rows="uniform"):
+    """``softmax(where(keep, scale·q kᵀ + bias, masked)) v`` over ``[B, nh, S, d]``; ``keep`` broadcasts to
+    the scores. ``masked`` is -1e9 (uniform: a fully masked row averages v) or -inf (zero: a row with no score
+    above -inf is 0, as PyTorch SDPA's NaN guard gives)."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         s = q @ k.swapaxes(-1, -2) * scale
+        if bias is not None:
+            s = s + bias
         if keep is not None:
-            s = np.where(keep, s, MASKED_SCORE)
-        s = s - s.max(axis=-1, keepdims=True)
-        p = np.exp(s)
+            s = np.where(keep, s, MASKED_SCORE if masked_rows == "uniform" else -np.inf)
+        mx = s.max(axis=-1, keepdims=True)
+        dead = mx == -np.inf
+        p = np.exp(s - np.where(dead & (masked_rows == "zero"), 0.0, mx))
         p = p / p.sum(axis=-1, keepdims=True)
+        if masked_rows == "zero":
+            p = np.where(dead, 0.0, p)
         return p @ v
 
 
-def attention(q, k, v, mask=None, *, num_heads, mask_kind="custom", scale=None):
-    """Reference of ``rlx_rules.kernels.attention`` in float64."""
+def attention(q, k, v, mask=None, *, num_heads, mask_kind="custom", scale=None, bias=None, masked_rows="uniform",
+              rope=None, rope_style="neox"):
+    """Reference of ``rlx_rules.kernels.attention`` in float64 (k and v may have fewer heads: GQA)."""
     q64, k64, v64 = (np.asarray(t, np.float64) for t in (q, k, v))
     d = q64.shape[-1] // num_heads
+    kv_heads = k64.shape[-1] // d
     scale = d**-0.5 if scale is None else scale
+    b, sq, sk = q64.shape[0], q64.shape[1], k64.shape[1]
+    shape = (b, num_heads, sq, sk)
     keep = None
     if mask is not None:
-        keep = (np.asarray(mask, np.float64) >= 0.5)[:, None, None, :]
+        keep = _scores4(mask, shape) >= 0.5
     if mask_kind == "causal":
-        sq, sk = q64.shape[1], k64.shape[1]
-        causal = (np.arange(sk)[None, :] <= np.arange(sq)[:, None])[None, None]
+        causal = (np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq)[None, None]
         keep = causal if keep is None else (keep & causal)
-    out = attention_heads(_heads(q64, num_heads), _heads(k64, num_heads), _heads(v64, num_heads), keep, scale)
+    qh, kh, vh = _heads(q64, num_heads), _heads(k64, kv_heads), _heads(v64, kv_heads)
+    if rope is not None:
+        cos, sin = (np.asarray(t, np.float64) for t in rope)
+        qh = _rotate(qh, cos[sk - sq:], sin[sk - sq:], rope_style)
+        kh = _rotate(kh, cos, sin, rope_style)
+    kh, vh = (np.repeat(t, num_heads // kv_heads, axis=1) for t in (kh, vh))
+    out = attention_heads(qh, kh, vh, keep, scale, None if bias is None else _scores4(bias, shape), masked_rows)
     return _merge(out)
 
 
-def fused_attention_block(hidden, qkv_w, out_w, mask, qkv_b=None, out_b=None, *, num_heads, rope=None):
+def sdpa_zero_rows(q, k, v, keep, scale):
+    """PyTorch SDPA's semantics written out, per (batch, head, query): masked_fill(-inf), softmax, NaN → 0."""
+    b, nh, sq, _ = q.shape
+    out = np.zeros(q.shape[:3] + (v.shape[-1],))
+    for i in np.ndindex(b, nh, sq):
+        s = np.where(keep[i], k[i[:2]] @ q[i] * scale, -np.inf)
+        with np.errstate(invalid="ignore"):
+            p = np.exp(s - s.max())
+            p = np.nan_to_num(p / p.sum(), nan=0.0)
+        out[i] = p @ v[i[:2]]
+    return out
+
+
+def fused_attention_block(hidden, qkv_w, out_w, mask, qkv_b=None, out_b=None, *, num_heads, rope=None,
+                          masked_rows="uniform"):
     """Reference of ``rlx_rules.kernels.fused_attention_block`` in float64."""
     x = np.asarray(hidden, np.float64)
     b, s, h = x.shape
@@ -73,7 +118,7 @@ def fused_attention_block(hidden, qkv_w, out_w, mask, qkv_b=None, out_b=None, *,
             cos, sin = (np.asarray(t, np.float64)[None, None] for t in rope)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         keep = None if mask is None else (np.asarray(mask, np.float64) >= 0.5)[:, None, None, :]
-        ctx = _merge(attention_heads(q, k, v, keep, d**-0.5))
+        ctx = _merge(attention_heads(q, k, v, keep, d**-0.5, masked_rows=masked_rows))
         out = ctx @ np.asarray(out_w, np.float64)
         if out_b is not None:
             out = out + np.asarray(out_b, np.float64)
@@ -116,3 +161,14 @@ def test_reference_agrees_with_explicit_loops():
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     # batch 1 has every key masked: each head's context is the plain mean of V.
     assert np.isfinite(got).all()
+
+
+def test_zero_rows_reference_agrees_with_sdpa_semantics():
+    """masked_rows="zero" of the vectorized reference equals SDPA's fill-softmax-guard written out, fully masked rows included."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 3, 5, 4)) for _ in range(3))
+    keep = rng.random((2, 3, 5, 5)) > 0.5
+    keep[1, 2, 0] = False
+    got = attention_heads(q, k, v, keep, 0.4, masked_rows="zero")
+    np.testing.assert_allclose(got, sdpa_zero_rows(q, k, v, keep, 0.4), rtol=1e-12, atol=1e-12)
+    assert not got[1, 2, 0].any()
