@@ -61,6 +61,7 @@ def fused_attention_block(
     num_heads: int,
     rope_cos: Optional[npt.NDArray[np.float32]] = None,
     rope_sin: Optional[npt.NDArray[np.float32]] = None,
+    masked_rows: str = "uniform",
     threads: Optional[int] = None,
 ) -> npt.NDArray[np.float32]: ...
 
@@ -87,6 +88,7 @@ class PreparedAttentionBlock:
         *,
         rope_cos: Optional[npt.NDArray[np.float32]] = None,
         rope_sin: Optional[npt.NDArray[np.float32]] = None,
+        masked_rows: str = "uniform",
         threads: Optional[int] = None,
     ) -> npt.NDArray[np.float32]: ...
 
@@ -98,6 +100,11 @@ def attention(
     *,
     num_heads: int,
     mask_kind: str = "custom",
+    bias: Optional[npt.NDArray[np.float32]] = None,
+    masked_rows: str = "uniform",
+    rope_cos: Optional[npt.NDArray[np.float32]] = None,
+    rope_sin: Optional[npt.NDArray[np.float32]] = None,
+    rope_style: str = "neox",
     scale: Optional[float] = None,
     threads: Optional[int] = None,
 ) -> npt.NDArray[np.float32]: ...
