@@ -305,6 +305,7 @@ impl PyPreparedAttentionBlock {
     }
 
     #[pyo3(signature = (hidden, mask=None, *, rope_cos=None, rope_sin=None, masked_rows="uniform", threads=None))]
+    #[allow(clippy::too_many_arguments)]
     fn __call__<'py>(
         &self,
         py: Python<'py>,
