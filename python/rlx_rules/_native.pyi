@@ -8,6 +8,37 @@ import numpy.typing as npt
 
 __version__: str
 
+# ---- exceptions (created in rust/python/src/errors.rs; re-exported by rlx_rules.errors; docs/errors.md) ----
+class RlxRulesError(Exception):
+    """Base class of every error that rlx-rules raises on bad input. `kind` names the cause (None if unset)."""
+
+    kind: Optional[str]
+
+class GraphError(RlxRulesError, ValueError):
+    """A graph failed to load, validate or write. kind: json, format, duplicate_id, dangling_input, cycle,
+    bad_output, arity, attr_type, io, too_large."""
+
+class ProgramError(RlxRulesError, ValueError):
+    """A compiled matcher program was malformed or of an unsupported version. kind: json, format, version,
+    invalid, builtins."""
+
+class ParamError(RlxRulesError, ValueError):
+    """A parameter or an argument got a value it cannot take. kind: unknown_param, param_type, bad_option,
+    argument."""
+
+class ApplyError(RlxRulesError):
+    """Applying rules failed; no output was written. kind: invalid_result, debug_failure, report, and (only with
+    on_limit="raise") rewrite_limit, time_budget, which also set `graph` and `report` to the work done."""
+
+    graph: Graph
+    report: str
+
+class KernelError(RlxRulesError, ValueError):
+    """A fused kernel refused its arguments (shape, dtype, layout) or failed."""
+
+class OutputError(RlxRulesError, OSError):
+    """A file could not be written (the weights archive). kind: io."""
+
 # ---- engine ----
 class Graph:
     """A validated graph held in Rust (immutable)."""
@@ -38,11 +69,18 @@ class Program:
         *,
         max_rewrites: Optional[int] = None,
         time_budget_s: Optional[float] = None,
+        max_iterations: Optional[int] = None,
+        on_limit: str = "raise",
         fail_after_rewrites: Optional[int] = None,
         explain: Optional[str] = None,
         explain_rule: Optional[str] = None,
         explain_node: Optional[int] = None,
-    ) -> tuple[Graph, str]: ...
+    ) -> tuple[Graph, str]:
+        """Apply to `graph` with resolved parameter values (a JSON object); returns (new graph, report JSON).
+
+        Limits (None: 10 million rewrites, 600 s, 1000 iterations per phase) stop the apply with the work done;
+        the report's `stop` is fixpoint, iteration_cap, rewrite_limit or time_budget. With on_limit="raise" a
+        rewrite or time limit raises ApplyError holding that work; with "stop" it is returned."""
     @property
     def rule_names(self) -> list[str]: ...
 
@@ -116,4 +154,5 @@ def machine_roofline(nbytes: int, threads: int) -> tuple[float, float]: ...
 def write_npz(path: str | os.PathLike[str], names: list[str], headers: list[bytes],
               data: list[npt.NDArray[np.uint8]]) -> None:
     """A new uncompressed .npz at `path`: one NAME.npy member per name, its .npy header then its data (a
-    contiguous 1-D uint8 view of the array). Written without the GIL. Raises OSError, ValueError."""
+    contiguous 1-D uint8 view of the array). Written without the GIL. Raises OutputError (an OSError) when the
+    file cannot be written, ParamError (a ValueError) for mismatched or non-contiguous arguments."""

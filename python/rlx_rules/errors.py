@@ -1,15 +1,32 @@
-"""Typed exceptions of rlx-rules, and diagnostics printed as `file:line:col: message` with a caret."""
+"""Typed exceptions of rlx-rules, and diagnostics printed as `file:line:col: message` with a caret.
+
+The classes raised by the Rust core are created there (rust/python/src/errors.rs) and re-exported here,
+so Python and Rust share one hierarchy; each carries `.kind`, a stable name of the cause (docs/errors.md).
+`RuleError` and `OnnxImportError` are raised by Python only and derive from the same base.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from .lang.ast import Loc
+from ._native import (
+    ApplyError,
+    GraphError,
+    KernelError,
+    OutputError,
+    ParamError,
+    ProgramError,
+    RlxRulesError,
+)
 
+if TYPE_CHECKING:
+    from .lang.ast import Loc
 
-class RlxRulesError(Exception):
-    """Base class of every error that rlx-rules raises on bad input."""
+__all__ = [
+    "ApplyError", "Diagnostic", "GraphError", "KernelError", "OnnxImportError", "OutputError", "ParamError",
+    "ProgramError", "RlxRulesError", "RuleError",
+]
 
 
 @dataclass(frozen=True)
@@ -44,22 +61,6 @@ class RuleError(RlxRulesError):
         count = len(self.errors)
         body = "\n".join(d.format() for d in self.errors)
         super().__init__(f"{body}\nfound {count} error{'s' if count != 1 else ''}")
-
-
-class ParamError(RlxRulesError, ValueError):
-    """A declared parameter got a value of the wrong type, or an unknown parameter was set."""
-
-
-class GraphError(RlxRulesError, ValueError):
-    """A graph failed to load or validate: bad JSON, dangling id, cycle, arity, attribute type, I/O."""
-
-
-class ProgramError(RlxRulesError, ValueError):
-    """A compiled matcher program was malformed or of an unsupported version."""
-
-
-class ApplyError(RlxRulesError):
-    """Applying rules failed (for example, a rewrite produced an invalid graph); no output was written."""
 
 
 class OnnxImportError(RlxRulesError):

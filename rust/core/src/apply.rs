@@ -5,7 +5,7 @@
 //! order (new nodes last). A rewrite applies at once, so later candidates see the updated graph.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -19,33 +19,120 @@ use crate::registry::Registry;
 use crate::rewrite::{apply_rewrite, Refusal};
 use crate::workgraph::WorkGraph;
 
-/// Limits and debug hooks for one apply.
-#[derive(Clone, Debug, Default)]
+/// Rewrites per apply unless the caller gives another limit.
+pub const DEFAULT_MAX_REWRITES: u64 = 10_000_000;
+/// Wall time per apply unless the caller gives another limit.
+pub const DEFAULT_TIME_BUDGET: Duration = Duration::from_secs(600);
+/// Iterations per phase unless the caller gives another limit; a rule file's `max_iterations` above it is
+/// lowered to it.
+pub const DEFAULT_MAX_ITERATIONS: u32 = 1000;
+
+/// Limits and debug hooks for one apply. Hitting a limit is not an error: the apply stops and returns the
+/// work done, with the limit as its [`StopReason`].
+#[derive(Clone, Debug)]
 pub struct ApplyOptions {
-    /// Stop with an error once this many rewrites were applied (a budget; None: no limit).
-    pub max_rewrites: Option<u64>,
-    /// Stop with an error once this much time has passed (None: no limit).
-    pub time_budget: Option<std::time::Duration>,
+    /// At most this many rewrites (`u64::MAX`: no limit).
+    pub max_rewrites: u64,
+    /// At most this much wall time (`Duration::MAX`: no limit).
+    pub time_budget: Duration,
+    /// At most this many iterations per phase, whatever the program's phases allow.
+    pub max_iterations: u32,
     /// Debug hook: fail on purpose after this many rewrites, to test that nothing is written.
     pub fail_after_rewrites: Option<u64>,
     /// Explain near misses after each phase settles (off: the matcher pays nothing for it).
     pub explain: Option<ExplainOptions>,
 }
 
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        ApplyOptions {
+            max_rewrites: DEFAULT_MAX_REWRITES,
+            time_budget: DEFAULT_TIME_BUDGET,
+            max_iterations: DEFAULT_MAX_ITERATIONS,
+            fail_after_rewrites: None,
+            explain: None,
+        }
+    }
+}
+
+/// A time budget given in seconds: refused if negative or not a number, and clamped to `Duration::MAX`
+/// (no limit) when too large for a `Duration` (`1e300`).
+pub fn time_budget_from_secs(seconds: f64) -> Result<Duration, ApplyError> {
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(ApplyError::BadOption(format!("time_budget_s must be a non-negative number, got {seconds}")));
+    }
+    Ok(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
+}
+
+/// Why a phase, or the whole apply, stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// No rule fired in the last iteration.
+    Fixpoint,
+    /// The phase's last allowed iteration still rewrote (the next phases run).
+    IterationCap,
+    /// The rewrite limit was reached and one more rewrite was due (nothing runs after it).
+    RewriteLimit,
+    /// The time budget ran out (nothing runs after it).
+    TimeBudget,
+}
+
+impl StopReason {
+    /// The snake_case name, as the report writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Fixpoint => "fixpoint",
+            StopReason::IterationCap => "iteration_cap",
+            StopReason::RewriteLimit => "rewrite_limit",
+            StopReason::TimeBudget => "time_budget",
+        }
+    }
+
+    /// Whether it ends the whole apply (a rewrite or time limit), not only a phase.
+    pub fn is_limit(self) -> bool {
+        matches!(self, StopReason::RewriteLimit | StopReason::TimeBudget)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum ApplyError {
-    /// A parameter value does not fit its declared type.
-    Param(String),
-    /// A limit was hit (rewrite budget or time budget), or the debug failure hook fired.
-    Limit(String),
+    /// A parameter that the program does not declare.
+    UnknownParam(String),
+    /// A parameter value that does not fit its declared type.
+    ParamType(String),
+    /// An apply option out of range (a negative time budget).
+    BadOption(String),
+    /// The debug hook `fail_after_rewrites` fired.
+    DebugFailure(String),
     /// The rewritten graph failed validation: a bug in the engine, reported rather than written.
     InvalidResult(GraphError),
+}
+
+impl ApplyError {
+    /// The stable name of the error's kind, what Python sees as `.kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApplyError::UnknownParam(_) => "unknown_param",
+            ApplyError::ParamType(_) => "param_type",
+            ApplyError::BadOption(_) => "bad_option",
+            ApplyError::DebugFailure(_) => "debug_failure",
+            ApplyError::InvalidResult(_) => "invalid_result",
+        }
+    }
+
+    /// Whether it is about a parameter or option the caller gave (Python: ParamError).
+    pub fn is_param(&self) -> bool {
+        matches!(self, ApplyError::UnknownParam(_) | ApplyError::ParamType(_) | ApplyError::BadOption(_))
+    }
 }
 
 impl std::fmt::Display for ApplyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ApplyError::Param(m) | ApplyError::Limit(m) => f.write_str(m),
+            ApplyError::UnknownParam(m) | ApplyError::ParamType(m) | ApplyError::BadOption(m) | ApplyError::DebugFailure(m) => {
+                f.write_str(m)
+            }
             ApplyError::InvalidResult(e) => write!(f, "the rewritten graph is invalid: {e}"),
         }
     }
@@ -79,8 +166,8 @@ pub struct PhaseReport {
     pub name: String,
     pub iterations: u32,
     pub max_iterations: u32,
-    /// "fixpoint", or "cap" when the last allowed iteration still rewrote.
-    pub stop: String,
+    /// Why the phase stopped.
+    pub stop: StopReason,
     /// Rules that fired in the last iteration when the cap was reached.
     pub still_firing: Vec<String>,
     pub rules: Vec<RuleReport>,
@@ -95,7 +182,14 @@ pub struct Report {
     pub ops_after: BTreeMap<String, usize>,
     pub params: BTreeMap<String, Value>,
     pub gates: BTreeMap<String, bool>,
+    /// Phases in order, up to the one a rewrite or time limit stopped (later phases did not run).
     pub phases: Vec<PhaseReport>,
+    /// Why the apply stopped: a limit if one was hit, else `iteration_cap` if a phase reached its cap, else
+    /// `fixpoint`.
+    pub stop: StopReason,
+    /// The rule that was running when a rewrite or time limit stopped the apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_in_rule: Option<String>,
     pub rewrites: u64,
     pub time_ms: f64,
     /// With explain on: why rules did not fire, best near miss first.
@@ -106,7 +200,7 @@ pub struct Report {
 /// Parameter values in program order: from `values` where given, else the declared default.
 pub fn param_values(program: &Program, values: &serde_json::Map<String, Value>) -> Result<Vec<Val>, ApplyError> {
     if let Some(unknown) = values.keys().find(|k| !program.params.iter().any(|p| &p.name == *k)) {
-        return Err(ApplyError::Param(format!("unknown parameter {unknown:?}")));
+        return Err(ApplyError::UnknownParam(format!("unknown parameter {unknown:?}")));
     }
     program
         .params
@@ -121,9 +215,9 @@ pub fn param_values(program: &Program, values: &serde_json::Map<String, Value>) 
                 _ => false,
             };
             if !ok {
-                return Err(ApplyError::Param(format!("parameter {} must be a {}, got {v}", p.name, p.ty)));
+                return Err(ApplyError::ParamType(format!("parameter {} must be a {}, got {v}", p.name, p.ty)));
             }
-            Val::from_json(v).map_err(|e| ApplyError::Param(e.0))
+            Val::from_json(v).map_err(|e| ApplyError::ParamType(e.0))
         })
         .collect()
 }
@@ -143,7 +237,8 @@ fn gate_open(program: &Program, gate: usize, graph: &WorkGraph, params: &[Val]) 
     }
 }
 
-/// Apply `program` to `graph`. The input graph is consumed; on error nothing is returned.
+/// Apply `program` to `graph`. The input graph is consumed. A rewrite or time limit stops the apply with the
+/// work done so far (every rewrite is whole), its report saying which limit; errors return nothing.
 pub fn apply(
     graph: Graph,
     program: &Program,
@@ -152,6 +247,8 @@ pub fn apply(
     options: &ApplyOptions,
 ) -> Result<(Graph, Report), ApplyError> {
     let start = Instant::now();
+    // No deadline when the budget reaches past what an Instant can hold.
+    let deadline = start.checked_add(options.time_budget);
     let param_vals = param_values(program, params)?;
     let mut work = WorkGraph::new(graph);
     let nodes_before = work.live_count();
@@ -161,6 +258,8 @@ pub fn apply(
     let mut gates_seen: BTreeMap<String, bool> = BTreeMap::new();
     let mut phases = Vec::with_capacity(program.phases.len());
     let mut near_misses = Vec::new();
+    let mut limit: Option<(StopReason, String)> = None;
+    let mut candidates: Vec<usize> = Vec::new();
 
     for phase in &program.phases {
         let phase_start = Instant::now();
@@ -169,10 +268,11 @@ pub fn apply(
             .iter()
             .map(|&r| RuleReport { name: program.rules[r].name.clone(), loc: program.rules[r].loc.clone(), ..Default::default() })
             .collect();
+        let max_iterations = phase.max_iterations.min(options.max_iterations);
         let mut iterations = 0;
-        let mut stop = "fixpoint";
+        let mut stop = StopReason::Fixpoint;
         let mut still_firing = Vec::new();
-        while iterations < phase.max_iterations {
+        'iterations: while iterations < max_iterations {
             iterations += 1;
             let mut fired_now = vec![false; phase.rules.len()];
             let mut gate_cache: Vec<Option<bool>> = vec![None; program.gates.len()];
@@ -191,15 +291,22 @@ pub fn apply(
                     continue;
                 }
                 // Candidates as of now, in graph order; nodes added by this rule wait for the next iteration.
-                let mut candidates: Vec<usize> = Vec::new();
+                candidates.clear();
                 for op in &rule.root_ops {
                     candidates.extend_from_slice(work.candidates(op));
                 }
                 if rule.root_ops.len() > 1 {
                     candidates.sort_by_key(|&i| work.order_key[i]);
                 }
-                for root in candidates {
-                    if !work.alive[root] {
+                for (n, &root) in candidates.iter().enumerate() {
+                    // Reading the clock costs; every 64 candidates is often enough.
+                    if n % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                        stop = StopReason::TimeBudget;
+                    }
+                    if stop == StopReason::TimeBudget || !work.alive[root] {
+                        if stop.is_limit() {
+                            break;
+                        }
                         continue;
                     }
                     report.tried += 1;
@@ -215,18 +322,19 @@ pub fn apply(
                         vec![matcher.slots.clone()]
                     };
                     report.matched += 1;
+                    if rewrites >= options.max_rewrites {
+                        stop = StopReason::RewriteLimit;
+                        break;
+                    }
                     match apply_rewrite(&mut work, rule, &members, &param_vals) {
                         Ok(_) => {
                             report.fired += 1;
                             fired_now[k] = true;
                             rewrites += 1;
                             if options.fail_after_rewrites.is_some_and(|n| rewrites >= n) {
-                                return Err(ApplyError::Limit(format!(
+                                return Err(ApplyError::DebugFailure(format!(
                                     "debug hook: failing on purpose after {rewrites} rewrites"
                                 )));
-                            }
-                            if options.max_rewrites.is_some_and(|n| rewrites > n) {
-                                return Err(ApplyError::Limit(format!("rewrite budget of {rewrites} exceeded")));
                             }
                         }
                         Err(refusal) => {
@@ -243,21 +351,18 @@ pub fn apply(
                             report.first_refusal.get_or_insert(message);
                         }
                     }
-                    if options.time_budget.is_some_and(|b| start.elapsed() > b) {
-                        return Err(ApplyError::Limit(format!(
-                            "time budget of {:?} exceeded in rule {}",
-                            options.time_budget.unwrap_or_default(),
-                            rule.name
-                        )));
-                    }
                 }
                 report.time_ms += rule_start.elapsed().as_secs_f64() * 1e3;
+                if stop.is_limit() {
+                    limit = Some((stop, rule.name.clone()));
+                    break 'iterations;
+                }
             }
             if !fired_now.iter().any(|&f| f) {
                 break;
             }
-            if iterations == phase.max_iterations {
-                stop = "cap";
+            if iterations == max_iterations {
+                stop = StopReason::IterationCap;
                 still_firing = phase
                     .rules
                     .iter()
@@ -267,7 +372,7 @@ pub fn apply(
                     .collect();
             }
         }
-        if let Some(ex) = &options.explain {
+        if let (Some(ex), None) = (&options.explain, &limit) {
             for (k, &r) in phase.rules.iter().enumerate() {
                 let rule = &program.rules[r];
                 if ex.rule.as_ref().is_some_and(|name| *name != rule.name) || (ex.only_unfired && reports[k].fired > 0) {
@@ -282,12 +387,15 @@ pub fn apply(
         phases.push(PhaseReport {
             name: phase.name.clone(),
             iterations,
-            max_iterations: phase.max_iterations,
-            stop: stop.to_string(),
+            max_iterations,
+            stop,
             still_firing,
             rules: reports,
             time_ms: phase_start.elapsed().as_secs_f64() * 1e3,
         });
+        if limit.is_some() {
+            break;
+        }
     }
 
     let nodes_after = work.live_count();
@@ -301,6 +409,12 @@ pub fn apply(
         .zip(&param_vals)
         .map(|(p, v)| (p.name.clone(), v.to_json().unwrap_or(Value::Null)))
         .collect();
+    let capped = phases.iter().any(|p| p.stop == StopReason::IterationCap);
+    let (stop, stopped_in_rule) = match limit {
+        Some((reason, rule)) => (reason, Some(rule)),
+        None if capped => (StopReason::IterationCap, None),
+        None => (StopReason::Fixpoint, None),
+    };
     let report = Report {
         nodes_before,
         nodes_after,
@@ -309,6 +423,8 @@ pub fn apply(
         params: params_report,
         gates: gates_seen,
         phases,
+        stop,
+        stopped_in_rule,
         rewrites,
         time_ms: start.elapsed().as_secs_f64() * 1e3,
         near_misses,

@@ -159,6 +159,7 @@ impl<'a> Env<'a> {
                 }
             }
             Expr::Call(b, args) => self.call(*b, args),
+            Expr::Unimplemented(name, _) => fail(format!("{name}() is declared in builtins.json but this engine does not implement it")),
             Expr::Bin(op @ (BinOp::Eq | BinOp::Ne), l, r) if self.is_json_leaf(l) && self.is_json_leaf(r) => {
                 // attribute-against-literal checks, the most common guards: compare in place, no copies
                 let eq = json_equal(self.json_leaf(l)?, self.json_leaf(r)?)?;

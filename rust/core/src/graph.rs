@@ -175,6 +175,24 @@ pub enum GraphErrorKind {
     TooLarge,
 }
 
+impl GraphErrorKind {
+    /// The stable name of the kind (`"cycle"`, `"dangling_input"`, ...), what Python sees as `GraphError.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraphErrorKind::Json => "json",
+            GraphErrorKind::Format => "format",
+            GraphErrorKind::DuplicateId => "duplicate_id",
+            GraphErrorKind::DanglingInput => "dangling_input",
+            GraphErrorKind::Cycle => "cycle",
+            GraphErrorKind::BadOutput => "bad_output",
+            GraphErrorKind::Arity => "arity",
+            GraphErrorKind::AttrType => "attr_type",
+            GraphErrorKind::Io => "io",
+            GraphErrorKind::TooLarge => "too_large",
+        }
+    }
+}
+
 /// An error that names the node and the field at fault.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GraphError {

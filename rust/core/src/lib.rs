@@ -5,6 +5,8 @@
 //! the result.
 
 pub mod apply;
+pub mod builtins;
+pub mod error;
 pub mod explain;
 pub mod expr;
 pub mod graph;

@@ -10,6 +10,8 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::builtins::Builtins;
+
 pub const PROGRAM_FORMAT: &str = "rlx-program";
 pub const PROGRAM_VERSION: u64 = 1;
 /// Upper bound on slots per rule (patterns are small; this bounds matcher memory).
@@ -17,19 +19,67 @@ pub const MAX_SLOTS: usize = 256;
 /// Upper bound on the nesting depth of a guard expression.
 pub const MAX_EXPR_DEPTH: usize = 64;
 
+/// What is wrong with a matcher program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramErrorKind {
+    /// Not JSON, or JSON of the wrong shape (a missing field, a wrong type, an unknown field).
+    Json,
+    /// The `format` is not [`PROGRAM_FORMAT`].
+    Format,
+    /// The `version` is not [`PROGRAM_VERSION`].
+    Version,
+    /// Well-formed, but inconsistent: an unbound slot, an unknown rule, function or gate, a bad arity.
+    Invalid,
+    /// The builtins table (builtins.json) is malformed.
+    Builtins,
+}
+
+impl ProgramErrorKind {
+    /// The stable name of the kind, what Python sees as `ProgramError.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProgramErrorKind::Json => "json",
+            ProgramErrorKind::Format => "format",
+            ProgramErrorKind::Version => "version",
+            ProgramErrorKind::Invalid => "invalid",
+            ProgramErrorKind::Builtins => "builtins",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
-pub struct ProgramError(pub String);
+pub struct ProgramError {
+    pub kind: ProgramErrorKind,
+    pub message: String,
+}
+
+impl ProgramError {
+    /// An `Invalid` error.
+    pub fn invalid(message: impl Into<String>) -> ProgramError {
+        ProgramError { kind: ProgramErrorKind::Invalid, message: message.into() }
+    }
+
+    /// A `Builtins` error.
+    pub fn builtins(message: impl Into<String>) -> ProgramError {
+        ProgramError { kind: ProgramErrorKind::Builtins, message: message.into() }
+    }
+
+    /// The same error with `prefix: ` before its message.
+    fn within(self, prefix: impl fmt::Display) -> ProgramError {
+        ProgramError { message: format!("{prefix}: {}", self.message), ..self }
+    }
+}
 
 impl fmt::Display for ProgramError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid matcher program: {}", self.0)
+        write!(f, "invalid matcher program: {}", self.message)
     }
 }
 
 impl std::error::Error for ProgramError {}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, ProgramError> {
-    Err(ProgramError(msg.into()))
+    Err(ProgramError::invalid(msg))
 }
 
 // ---- the JSON form ----
@@ -205,32 +255,32 @@ pub enum Builtin {
 }
 
 impl Builtin {
-    /// The builtin called `name`, with its (minimum, maximum) argument count.
-    fn parse(name: &str) -> Option<(Builtin, usize, Option<usize>)> {
+    /// The implementation of the builtin called `name` (its arity and types are data: [`Builtins`]).
+    pub fn from_name(name: &str) -> Option<Builtin> {
         Some(match name {
-            "uses" => (Builtin::Uses, 1, Some(1)),
-            "is_output" => (Builtin::IsOutput, 1, None),
-            "rank" => (Builtin::Rank, 1, Some(1)),
-            "dim" => (Builtin::Dim, 2, Some(2)),
-            "shape" => (Builtin::Shape, 1, Some(1)),
-            "numel" => (Builtin::Numel, 1, Some(1)),
-            "is_static" => (Builtin::IsStatic, 1, None),
-            "op" => (Builtin::Op, 1, Some(1)),
-            "dtype" => (Builtin::Dtype, 1, Some(1)),
-            "input_count" => (Builtin::InputCount, 1, Some(1)),
-            "len" => (Builtin::Len, 1, Some(1)),
-            "replace_dim" => (Builtin::ReplaceDim, 3, Some(3)),
-            "count" => (Builtin::Count, 1, Some(1)),
-            "all" => (Builtin::All, 1, Some(1)),
-            "any" => (Builtin::Any, 1, Some(1)),
-            "sum" => (Builtin::Sum, 1, Some(1)),
-            "first" => (Builtin::First, 1, Some(1)),
-            "prefix_sum" => (Builtin::PrefixSum, 1, Some(1)),
-            "min" => (Builtin::Min, 2, Some(2)),
-            "max" => (Builtin::Max, 2, Some(2)),
-            "abs" => (Builtin::Abs, 1, Some(1)),
-            "sqrt" => (Builtin::Sqrt, 1, Some(1)),
-            "has_fact" => (Builtin::HasFact, 2, Some(2)),
+            "uses" => Builtin::Uses,
+            "is_output" => Builtin::IsOutput,
+            "rank" => Builtin::Rank,
+            "dim" => Builtin::Dim,
+            "shape" => Builtin::Shape,
+            "numel" => Builtin::Numel,
+            "is_static" => Builtin::IsStatic,
+            "op" => Builtin::Op,
+            "dtype" => Builtin::Dtype,
+            "input_count" => Builtin::InputCount,
+            "len" => Builtin::Len,
+            "replace_dim" => Builtin::ReplaceDim,
+            "count" => Builtin::Count,
+            "all" => Builtin::All,
+            "any" => Builtin::Any,
+            "sum" => Builtin::Sum,
+            "first" => Builtin::First,
+            "prefix_sum" => Builtin::PrefixSum,
+            "min" => Builtin::Min,
+            "max" => Builtin::Max,
+            "abs" => Builtin::Abs,
+            "sqrt" => Builtin::Sqrt,
+            "has_fact" => Builtin::HasFact,
             _ => return None,
         })
     }
@@ -244,6 +294,9 @@ pub enum Expr {
     Param(usize),
     Attr(String, Box<Expr>),
     Call(Builtin, Vec<Expr>),
+    /// A call of a function that builtins.json declares but this engine does not implement: it fails
+    /// when evaluated (so its guard fails and its rule does not fire), naming the function.
+    Unimplemented(String, Vec<Expr>),
     Bin(BinOp, Box<Expr>, Box<Expr>),
     Not(Box<Expr>),
     Neg(Box<Expr>),
@@ -355,17 +408,26 @@ pub struct Program {
 }
 
 impl Program {
-    /// Deserialize and validate a program.
+    /// Deserialize and validate a program, with the shipped builtin functions.
     pub fn from_json_str(text: &str) -> Result<Program, ProgramError> {
-        let raw: RawProgram = serde_json::from_str(text).map_err(|e| ProgramError(e.to_string()))?;
+        Program::from_json_str_with(text, Builtins::shipped())
+    }
+
+    /// Deserialize and validate a program whose calls may name the functions of `builtins`.
+    pub fn from_json_str_with(text: &str, builtins: &Builtins) -> Result<Program, ProgramError> {
+        let raw: RawProgram =
+            serde_json::from_str(text).map_err(|e| ProgramError { kind: ProgramErrorKind::Json, message: e.to_string() })?;
         if raw.format != PROGRAM_FORMAT {
-            return err(format!("format is {:?}, expected {PROGRAM_FORMAT:?}", raw.format));
+            return Err(ProgramError {
+                kind: ProgramErrorKind::Format,
+                message: format!("format is {:?}, expected {PROGRAM_FORMAT:?}", raw.format),
+            });
         }
         if raw.version != PROGRAM_VERSION {
-            return err(format!(
-                "version {} is not supported (this build runs version {PROGRAM_VERSION})",
-                raw.version
-            ));
+            return Err(ProgramError {
+                kind: ProgramErrorKind::Version,
+                message: format!("version {} is not supported (this build runs version {PROGRAM_VERSION})", raw.version),
+            });
         }
         let params: Vec<ParamDecl> = raw
             .params
@@ -374,7 +436,7 @@ impl Program {
             .collect();
         let param_index: HashMap<&str, usize> =
             params.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
-        let ctx = ExprCtx { params: &param_index };
+        let ctx = ExprCtx { params: &param_index, builtins };
 
         let mut gates = Vec::new();
         for g in raw.gates {
@@ -385,7 +447,7 @@ impl Program {
                 (q, _) => return err(format!("gate {:?}: bad quantifier {q:?} or missing op", g.name)),
             };
             let slots = usize::from(scan.is_some());
-            let expr = ctx.expr(&g.expr, slots, 0).map_err(|e| ProgramError(format!("gate {:?}: {}", g.name, e.0)))?;
+            let expr = ctx.expr(&g.expr, slots, 0).map_err(|e| e.within(format_args!("gate {:?}", g.name)))?;
             gates.push(Gate { name: g.name, scan, expr, loc: g.loc, text: g.text });
         }
         let gate_index: HashMap<&str, usize> =
@@ -394,7 +456,7 @@ impl Program {
         let mut rules = Vec::new();
         for r in raw.rules {
             let name = r.name.clone();
-            let rule = ctx.rule(r, &gate_index).map_err(|e| ProgramError(format!("rule {name:?}: {}", e.0)))?;
+            let rule = ctx.rule(r, &gate_index).map_err(|e| e.within(format_args!("rule {name:?}")))?;
             rules.push(rule);
         }
         let rule_index: HashMap<&str, usize> =
@@ -434,20 +496,21 @@ impl Program {
 
 struct ExprCtx<'a> {
     params: &'a HashMap<&'a str, usize>,
+    builtins: &'a Builtins,
 }
 
 fn field<'v>(obj: &'v serde_json::Map<String, Value>, key: &str) -> Result<&'v Value, ProgramError> {
-    obj.get(key).ok_or_else(|| ProgramError(format!("missing field {key:?}")))
+    obj.get(key).ok_or_else(|| ProgramError::invalid(format!("missing field {key:?}")))
 }
 
 fn as_index(v: &Value, what: &str) -> Result<usize, ProgramError> {
     v.as_u64()
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| ProgramError(format!("{what} must be a non-negative integer, got {v}")))
+        .ok_or_else(|| ProgramError::invalid(format!("{what} must be a non-negative integer, got {v}")))
 }
 
 fn as_str<'v>(v: &'v Value, what: &str) -> Result<&'v str, ProgramError> {
-    v.as_str().ok_or_else(|| ProgramError(format!("{what} must be a string, got {v}")))
+    v.as_str().ok_or_else(|| ProgramError::invalid(format!("{what} must be a string, got {v}")))
 }
 
 impl ExprCtx<'_> {
@@ -456,13 +519,13 @@ impl ExprCtx<'_> {
         if depth > MAX_EXPR_DEPTH {
             return err(format!("expression nests deeper than {MAX_EXPR_DEPTH}"));
         }
-        let obj = v.as_object().ok_or_else(|| ProgramError(format!("expression must be an object, got {v}")))?;
+        let obj = v.as_object().ok_or_else(|| ProgramError::invalid(format!("expression must be an object, got {v}")))?;
         let d = depth + 1;
         let sub = |key: &str| -> Result<Box<Expr>, ProgramError> { Ok(Box::new(self.expr_bound(field(obj, key)?, bound, d)?)) };
         let list = |key: &str| -> Result<Vec<Expr>, ProgramError> {
             field(obj, key)?
                 .as_array()
-                .ok_or_else(|| ProgramError(format!("{key:?} must be a list")))?
+                .ok_or_else(|| ProgramError::invalid(format!("{key:?} must be a list")))?
                 .iter()
                 .map(|e| self.expr_bound(e, bound, d))
                 .collect()
@@ -479,7 +542,7 @@ impl ExprCtx<'_> {
         }
         if let Some(p) = obj.get("param") {
             let name = as_str(p, "param")?;
-            let i = self.params.get(name).ok_or_else(|| ProgramError(format!("unknown param {name:?}")))?;
+            let i = self.params.get(name).ok_or_else(|| ProgramError::invalid(format!("unknown param {name:?}")))?;
             return Ok(Expr::Param(*i));
         }
         if let Some(a) = obj.get("attr") {
@@ -487,16 +550,19 @@ impl ExprCtx<'_> {
         }
         if let Some(c) = obj.get("call") {
             let name = as_str(c, "call")?;
-            let (b, lo, hi) = Builtin::parse(name).ok_or_else(|| ProgramError(format!("unknown function {name:?}")))?;
+            let f = self.builtins.get(name).ok_or_else(|| ProgramError::invalid(format!("unknown function {name:?}")))?;
             let args = list("args")?;
-            if args.len() < lo || hi.is_some_and(|h| args.len() > h) {
+            if !f.accepts(args.len()) {
                 return err(format!("{name}() given {} arguments", args.len()));
             }
-            return Ok(Expr::Call(b, args));
+            return Ok(match Builtin::from_name(name) {
+                Some(b) => Expr::Call(b, args),
+                None => Expr::Unimplemented(name.to_string(), args),
+            });
         }
         if let Some(op) = obj.get("bin") {
             let s = as_str(op, "bin")?;
-            let op = BinOp::parse(s).ok_or_else(|| ProgramError(format!("unknown operator {s:?}")))?;
+            let op = BinOp::parse(s).ok_or_else(|| ProgramError::invalid(format!("unknown operator {s:?}")))?;
             return Ok(Expr::Bin(op, sub("l")?, sub("r")?));
         }
         if let Some(op) = obj.get("un") {
@@ -544,13 +610,13 @@ impl ExprCtx<'_> {
         };
         let mut code = Vec::with_capacity(r.code.len());
         for ins in &r.code {
-            let obj = ins.as_object().ok_or_else(|| ProgramError(format!("instruction must be an object: {ins}")))?;
+            let obj = ins.as_object().ok_or_else(|| ProgramError::invalid(format!("instruction must be an object: {ins}")))?;
             let kind = as_str(field(obj, "i")?, "i")?;
             let slot = || as_index(field(obj, "slot")?, "slot");
             let strings = |key: &str| -> Result<Vec<String>, ProgramError> {
                 field(obj, key)?
                     .as_array()
-                    .ok_or_else(|| ProgramError(format!("{key:?} must be a list")))?
+                    .ok_or_else(|| ProgramError::invalid(format!("{key:?} must be a list")))?
                     .iter()
                     .map(|v| as_str(v, key).map(str::to_string))
                     .collect()
@@ -577,7 +643,7 @@ impl ExprCtx<'_> {
                 "distinct" => {
                     let slots = field(obj, "slots")?
                         .as_array()
-                        .ok_or_else(|| ProgramError("\"slots\" must be a list".into()))?
+                        .ok_or_else(|| ProgramError::invalid("\"slots\" must be a list"))?
                         .iter()
                         .map(|v| as_index(v, "slot"))
                         .collect::<Result<Vec<_>, _>>()?;
@@ -629,7 +695,7 @@ impl ExprCtx<'_> {
             .group_guards
             .iter()
             .map(|v| {
-                let obj = v.as_object().ok_or_else(|| ProgramError("group guard must be an object".into()))?;
+                let obj = v.as_object().ok_or_else(|| ProgramError::invalid("group guard must be an object"))?;
                 if obj.get("i").and_then(Value::as_str) != Some("guard") || group.is_none() {
                     return err("group_guards holds guards, and only in a rule with a group");
                 }
@@ -683,7 +749,7 @@ impl ExprCtx<'_> {
         let gate_ids = r
             .gates
             .iter()
-            .map(|g| gates.get(g.as_str()).copied().ok_or_else(|| ProgramError(format!("unknown gate {g:?}"))))
+            .map(|g| gates.get(g.as_str()).copied().ok_or_else(|| ProgramError::invalid(format!("unknown gate {g:?}"))))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Rule {
             name: r.name,

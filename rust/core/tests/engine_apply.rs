@@ -2,9 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use rlx_rules_core::apply::{apply, ApplyError, ApplyOptions};
+use std::time::Duration;
+
+use rlx_rules_core::apply::{apply, time_budget_from_secs, ApplyError, ApplyOptions, StopReason};
 use rlx_rules_core::graph::Graph;
-use rlx_rules_core::program::Program;
+use rlx_rules_core::program::{Program, ProgramErrorKind};
 use rlx_rules_core::registry::Registry;
 use serde_json::{json, Map, Value};
 
@@ -44,7 +46,7 @@ fn bert_two_layers_fuse_to_attention_blocks_and_residual_norms() {
     assert_eq!(c.get("FusedResidualLN"), Some(&4));
     assert_eq!(report.nodes_after, 36);
     assert_eq!(report.rewrites, 14);
-    assert!(report.phases.iter().all(|p| p.stop == "fixpoint"));
+    assert!(report.phases.iter().all(|p| p.stop == StopReason::Fixpoint));
     assert_eq!(report.gates.get("small_batch_seq"), Some(&true));
     // the fused block's inputs in the seed pass's order
     let block = out.nodes.iter().find(|n| n.op == "FusedAttentionBlock").unwrap();
@@ -75,8 +77,8 @@ fn threshold_parameter_closes_the_gate() {
 
 #[test]
 fn bad_parameters_are_errors() {
-    assert!(matches!(run(load(BERT_2L), json!({"RLX_FUSE_ATTN_THRESHOLD": "x"})), Err(ApplyError::Param(_))));
-    assert!(matches!(run(load(BERT_2L), json!({"NOPE": 1})), Err(ApplyError::Param(_))));
+    assert!(matches!(run(load(BERT_2L), json!({"RLX_FUSE_ATTN_THRESHOLD": "x"})), Err(ApplyError::ParamType(_))));
+    assert!(matches!(run(load(BERT_2L), json!({"NOPE": 1})), Err(ApplyError::UnknownParam(_))));
 }
 
 #[test]
@@ -91,12 +93,75 @@ fn a_graph_output_inside_the_chain_blocks_the_fusion() {
 }
 
 #[test]
-fn failure_hook_and_budget_stop_with_an_error() {
-    let p = program();
+fn the_failure_hook_is_an_error() {
     let opts = ApplyOptions { fail_after_rewrites: Some(1), ..Default::default() };
-    assert!(matches!(apply(load(BERT_2L), &p, &Map::new(), Registry::builtin(), &opts), Err(ApplyError::Limit(_))));
-    let opts = ApplyOptions { max_rewrites: Some(3), ..Default::default() };
-    assert!(matches!(apply(load(BERT_2L), &p, &Map::new(), Registry::builtin(), &opts), Err(ApplyError::Limit(_))));
+    let err = apply(load(BERT_2L), &program(), &Map::new(), Registry::builtin(), &opts).unwrap_err();
+    assert!(matches!(err, ApplyError::DebugFailure(_)), "{err:?}");
+    assert_eq!(err.kind(), "debug_failure");
+}
+
+#[test]
+fn a_rewrite_limit_stops_and_returns_the_work_done() {
+    let p = program();
+    let (_, full) = run(load(BERT_2L), json!({})).unwrap();
+    assert_eq!(full.stop, StopReason::Fixpoint);
+    assert!(full.rewrites > 3);
+    let opts = ApplyOptions { max_rewrites: 3, ..Default::default() };
+    let (out, report) = apply(load(BERT_2L), &p, &Map::new(), Registry::builtin(), &opts).unwrap();
+    assert_eq!((report.stop, report.rewrites), (StopReason::RewriteLimit, 3));
+    assert_eq!(report.phases.last().unwrap().stop, StopReason::RewriteLimit);
+    assert!(report.stopped_in_rule.is_some());
+    assert!(out.nodes.len() < load(BERT_2L).nodes.len(), "the 3 rewrites are kept");
+    assert_eq!(serde_json::to_value(&report).unwrap()["stop"], "rewrite_limit");
+    // exactly enough rewrites is a fixpoint, not a limit
+    let opts = ApplyOptions { max_rewrites: full.rewrites, ..Default::default() };
+    let (_, report) = apply(load(BERT_2L), &p, &Map::new(), Registry::builtin(), &opts).unwrap();
+    assert_eq!((report.stop, report.rewrites), (StopReason::Fixpoint, full.rewrites));
+}
+
+#[test]
+fn a_spent_time_budget_stops_before_any_rewrite() {
+    let opts = ApplyOptions { time_budget: Duration::ZERO, ..Default::default() };
+    let (out, report) = apply(load(BERT_2L), &program(), &Map::new(), Registry::builtin(), &opts).unwrap();
+    assert_eq!((report.stop, report.rewrites), (StopReason::TimeBudget, 0));
+    assert_eq!(out.nodes.len(), load(BERT_2L).nodes.len());
+    assert_eq!(report.phases.len(), 1, "no phase runs after the limit");
+}
+
+#[test]
+fn time_budgets_in_seconds_are_clamped_or_refused() {
+    assert_eq!(time_budget_from_secs(1e300), Ok(Duration::MAX));
+    assert_eq!(time_budget_from_secs(f64::INFINITY), Ok(Duration::MAX));
+    assert_eq!(time_budget_from_secs(1.5), Ok(Duration::from_millis(1500)));
+    for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+        assert_eq!(time_budget_from_secs(bad).unwrap_err().kind(), "bad_option");
+    }
+    // Duration::MAX cannot be added to an Instant: no deadline, not a panic
+    let opts = ApplyOptions { time_budget: Duration::MAX, ..Default::default() };
+    assert_eq!(apply(load(BERT_2L), &program(), &Map::new(), Registry::builtin(), &opts).unwrap().1.stop, StopReason::Fixpoint);
+}
+
+#[test]
+fn the_callers_iteration_limit_caps_a_rule_files_max_iterations() {
+    // two rules that undo each other, in a phase that allows 1000 iterations
+    let flip = json!({"format": "rlx-program", "version": 1, "phases": [{"name": "flip", "max_iterations": 1000, "rules": ["a", "b"]}],
+        "rules": [flip_rule("a", "Relu", "Sigmoid"), flip_rule("b", "Sigmoid", "Relu")]});
+    let p = Program::from_json_str(&flip.to_string()).unwrap();
+    let g = load(r#"{"format": "rlx-graph", "version": 1, "nodes": [{"id": 0, "op": "Input", "shape": [2]},
+        {"id": 1, "op": "Relu", "inputs": [0], "shape": [2]}], "outputs": [1]}"#);
+    let opts = ApplyOptions { max_iterations: 5, ..Default::default() };
+    let (_, report) = apply(g, &p, &Map::new(), Registry::builtin(), &opts).unwrap();
+    let phase = &report.phases[0];
+    assert_eq!((phase.iterations, phase.max_iterations, phase.stop), (5, 5, StopReason::IterationCap));
+    assert_eq!(phase.still_firing, ["a", "b"]);
+    assert_eq!(report.stop, StopReason::IterationCap);
+}
+
+/// `n = FROM(x) => TO(x)` as compiled rule JSON.
+fn flip_rule(name: &str, from: &str, to: &str) -> Value {
+    json!({"name": name, "phase": "flip", "root_ops": [from], "slots": [{"name": "n", "leaf": false}, {"name": "x", "leaf": true}],
+        "code": [{"i": "op", "slot": 0, "ops": [from]}, {"i": "arity", "slot": 0, "n": 1}, {"i": "input", "slot": 0, "index": 0, "to": 1}],
+        "absorb": [], "rewrite": [{"name": "n", "op": to, "inputs": [{"slot": 1}], "attrs": [], "shape": null, "dtype": null, "replaces": 0}]})
 }
 
 #[test]
@@ -113,7 +178,8 @@ fn malformed_programs_are_refused_not_run() {
     // a slot read before it is bound, an out-of-range absorb, and a rewrite that replaces nothing
     let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
     doc["rules"][1]["code"][0] = json!({"i": "same", "slot": 0, "index": 0, "as": 3});
-    assert!(Program::from_json_str(&doc.to_string()).unwrap_err().0.contains("before it is bound"));
+    let err = Program::from_json_str(&doc.to_string()).unwrap_err();
+    assert!(err.message.contains("before it is bound") && err.kind == ProgramErrorKind::Invalid, "{err:?}");
     let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
     doc["rules"][1]["absorb"] = json!([99]);
     assert!(Program::from_json_str(&doc.to_string()).is_err());

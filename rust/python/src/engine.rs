@@ -1,42 +1,34 @@
 //! Python bindings of the rule engine: Graph and Program objects; errors raised as rlx_rules.errors types.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyType};
+use pyo3::types::{PyInt, PyString};
 
-use rlx_rules_core::apply::{apply, ApplyError, ApplyOptions};
+use rlx_rules_core::apply::{apply, time_budget_from_secs, ApplyOptions, Report};
 use rlx_rules_core::explain::ExplainOptions;
-use rlx_rules_core::graph::{Graph, GraphError, DEFAULT_MAX_NODES};
-use rlx_rules_core::program::{Program, ProgramError};
+use rlx_rules_core::graph::{Graph, DEFAULT_MAX_NODES};
+use rlx_rules_core::program::Program;
 use rlx_rules_core::registry::Registry;
 
-/// Raise `rlx_rules.errors.<class_name>(message)`, so that Python and Rust share one hierarchy.
-fn raise(py: Python<'_>, class_name: &str, message: String) -> PyErr {
-    let class = py
-        .import("rlx_rules.errors")
-        .and_then(|m| m.getattr(class_name))
-        .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from));
-    match class {
-        Ok(class) => PyErr::from_type(class, message),
-        Err(e) => e,
+use crate::errors::{core_err, new_err, Class};
+
+/// A count argument (`max_rewrites`, `max_nodes`, ...): a ParamError if negative; values past u64 mean "no limit".
+fn count_arg(name: &str, value: Option<&Bound<'_, PyInt>>) -> PyResult<Option<u64>> {
+    let Some(v) = value else { return Ok(None) };
+    if v.lt(0)? {
+        return Err(new_err(Class::Param, "bad_option", format!("{name} must be an integer >= 0, got {v}")));
     }
+    Ok(Some(v.extract::<u64>().unwrap_or(u64::MAX)))
 }
 
-fn graph_error(py: Python<'_>, e: GraphError) -> PyErr {
-    raise(py, "GraphError", e.message)
+fn max_nodes_arg(value: Option<&Bound<'_, PyInt>>) -> PyResult<usize> {
+    Ok(count_arg("max_nodes", value)?.map_or(DEFAULT_MAX_NODES, |n| usize::try_from(n).unwrap_or(usize::MAX)))
 }
 
-fn program_error(py: Python<'_>, e: ProgramError) -> PyErr {
-    raise(py, "ProgramError", e.0)
-}
-
-fn apply_error(py: Python<'_>, e: ApplyError) -> PyErr {
-    match e {
-        ApplyError::Param(m) => raise(py, "ParamError", m),
-        other => raise(py, "ApplyError", other.to_string()),
-    }
+/// A str with a lone surrogate has no UTF-8 form: an error of `class` (kind "json"), not a UnicodeEncodeError.
+fn lone_surrogate(class: Class, what: &str) -> PyErr {
+    new_err(class, "json", format!("{what}: the text holds a lone surrogate (not valid Unicode)"))
 }
 
 /// A validated graph, held in Rust. Immutable: apply returns a new one.
@@ -51,22 +43,21 @@ impl PyGraph {
     /// Parse and validate graph.json text (at most `max_nodes` nodes; default 10 million).
     #[staticmethod]
     #[pyo3(signature = (text, max_nodes = None))]
-    fn from_json(py: Python<'_>, text: &Bound<'_, PyString>, max_nodes: Option<usize>) -> PyResult<PyGraph> {
-        // A str with a lone surrogate has no UTF-8 form: a GraphError, not a UnicodeEncodeError.
-        let text = text.to_str().map_err(|_| raise(py, "GraphError", "invalid JSON: the text holds a lone surrogate (not valid Unicode)".to_string()))?;
-        let max = max_nodes.unwrap_or(DEFAULT_MAX_NODES);
+    fn from_json(py: Python<'_>, text: &Bound<'_, PyString>, max_nodes: Option<&Bound<'_, PyInt>>) -> PyResult<PyGraph> {
+        let text = text.to_str().map_err(|_| lone_surrogate(Class::Graph, "invalid JSON"))?;
+        let max = max_nodes_arg(max_nodes)?;
         let loaded = py.detach(|| Graph::from_json_slice_max(text.as_bytes(), Registry::builtin(), max));
-        let (inner, warnings) = loaded.map_err(|e| graph_error(py, e))?;
+        let (inner, warnings) = loaded.map_err(core_err)?;
         Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
     }
 
     /// Read, parse and validate a graph.json file.
     #[staticmethod]
     #[pyo3(signature = (path, max_nodes = None))]
-    fn load(py: Python<'_>, path: PathBuf, max_nodes: Option<usize>) -> PyResult<PyGraph> {
-        let max = max_nodes.unwrap_or(DEFAULT_MAX_NODES);
+    fn load(py: Python<'_>, path: PathBuf, max_nodes: Option<&Bound<'_, PyInt>>) -> PyResult<PyGraph> {
+        let max = max_nodes_arg(max_nodes)?;
         let loaded = py.detach(|| Graph::from_path_max(&path, Registry::builtin(), max));
-        let (inner, warnings) = loaded.map_err(|e| graph_error(py, e))?;
+        let (inner, warnings) = loaded.map_err(core_err)?;
         Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
     }
 
@@ -78,7 +69,7 @@ impl PyGraph {
     /// Write atomically (temporary file, then rename).
     #[pyo3(signature = (path, pretty = false))]
     fn write(&self, py: Python<'_>, path: PathBuf, pretty: bool) -> PyResult<()> {
-        py.detach(|| self.inner.write_atomic(&path, pretty)).map_err(|e| graph_error(py, e))
+        py.detach(|| self.inner.write_atomic(&path, pretty)).map_err(core_err)
     }
 
     #[getter]
@@ -120,56 +111,75 @@ pub struct PyProgram {
 impl PyProgram {
     #[new]
     fn new(py: Python<'_>, text: &Bound<'_, PyString>) -> PyResult<PyProgram> {
-        let text = text.to_str().map_err(|_| raise(py, "ProgramError", "invalid matcher program: the text holds a lone surrogate (not valid Unicode)".to_string()))?;
-        let inner = Program::from_json_str(text).map_err(|e| program_error(py, e))?;
+        let text = text.to_str().map_err(|_| lone_surrogate(Class::Program, "invalid matcher program"))?;
+        let inner = py.detach(|| Program::from_json_str(text)).map_err(core_err)?;
         Ok(PyProgram { inner })
     }
 
     /// Apply to `graph` with resolved parameter values (a JSON object). Returns (new graph, report JSON).
     ///
+    /// Limits (`max_rewrites`, `time_budget_s`, `max_iterations` per phase; None: the core's defaults) stop the
+    /// apply with the work done, the report's `stop` saying which. With `on_limit="raise"` (the default) a
+    /// rewrite or time limit raises ApplyError (kind "rewrite_limit" or "time_budget") whose `.graph` and
+    /// `.report` hold that work; with `on_limit="stop"` they are returned.
     /// `explain` turns on near-miss records: "unfired" (rules that fired zero times, best record each),
     /// "best" (every rule, best record) or "all" (every record); `explain_rule` and `explain_node` narrow it.
-    #[pyo3(signature = (graph, params_json = "{}", *, max_rewrites = None, time_budget_s = None, fail_after_rewrites = None,
-                        explain = None, explain_rule = None, explain_node = None))]
+    #[pyo3(signature = (graph, params_json = "{}", *, max_rewrites = None, time_budget_s = None, max_iterations = None,
+                        on_limit = "raise", fail_after_rewrites = None, explain = None, explain_rule = None, explain_node = None))]
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         py: Python<'_>,
         graph: &PyGraph,
         params_json: &str,
-        max_rewrites: Option<u64>,
+        max_rewrites: Option<&Bound<'_, PyInt>>,
         time_budget_s: Option<f64>,
-        fail_after_rewrites: Option<u64>,
+        max_iterations: Option<&Bound<'_, PyInt>>,
+        on_limit: &str,
+        fail_after_rewrites: Option<&Bound<'_, PyInt>>,
         explain: Option<&str>,
         explain_rule: Option<String>,
-        explain_node: Option<u64>,
+        explain_node: Option<&Bound<'_, PyInt>>,
     ) -> PyResult<(PyGraph, String)> {
+        let bad_option = |m: String| new_err(Class::Param, "bad_option", m);
         let explain = match explain {
             None => None,
             Some(mode @ ("unfired" | "best" | "all")) => Some(ExplainOptions {
                 rule: explain_rule,
-                node: explain_node,
+                node: count_arg("explain_node", explain_node)?,
                 all: mode == "all",
                 only_unfired: mode == "unfired",
             }),
-            Some(other) => return Err(raise(py, "ParamError", format!("explain must be unfired, best or all, not {other:?}"))),
+            Some(other) => return Err(bad_option(format!("explain must be unfired, best or all, not {other:?}"))),
+        };
+        let raise_on_limit = match on_limit {
+            "raise" => true,
+            "stop" => false,
+            other => return Err(bad_option(format!("on_limit must be raise or stop, not {other:?}"))),
         };
         let params: serde_json::Map<String, serde_json::Value> = serde_json::from_str(params_json)
-            .map_err(|e| raise(py, "ParamError", format!("parameters are not a JSON object: {e}")))?;
-        let time_budget = match time_budget_s {
-            Some(s) if !(s.is_finite() && s >= 0.0) => {
-                return Err(raise(py, "ParamError", format!("time_budget_s must be a non-negative number, got {s}")))
-            }
-            Some(s) => Some(Duration::from_secs_f64(s)),
-            None => None,
+            .map_err(|e| new_err(Class::Param, "param_type", format!("parameters are not a JSON object: {e}")))?;
+        let defaults = ApplyOptions::default();
+        let options = ApplyOptions {
+            max_rewrites: count_arg("max_rewrites", max_rewrites)?.unwrap_or(defaults.max_rewrites),
+            time_budget: time_budget_s.map(time_budget_from_secs).transpose().map_err(core_err)?.unwrap_or(defaults.time_budget),
+            max_iterations: count_arg("max_iterations", max_iterations)?
+                .map_or(defaults.max_iterations, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            fail_after_rewrites: count_arg("fail_after_rewrites", fail_after_rewrites)?,
+            explain,
         };
-        let options = ApplyOptions { max_rewrites, time_budget, fail_after_rewrites, explain };
         let result = py.detach(|| {
             apply(graph.inner.clone(), &self.inner, &params, Registry::builtin(), &options)
-                .map(|(g, report)| (g, serde_json::to_string(&report).unwrap_or_else(|_| "{}".to_string())))
+                .map(|(g, report)| (g, serde_json::to_string(&report).map_err(|e| e.to_string()), report))
         });
-        let (out, report) = result.map_err(|e| apply_error(py, e))?;
-        Ok((PyGraph { inner: out, warnings: Vec::new() }, report))
+        let (out, report_json, report) = result.map_err(core_err)?;
+        let report_json =
+            report_json.map_err(|e| new_err(Class::Apply, "report", format!("the apply report cannot be serialized: {e}")))?;
+        let out = PyGraph { inner: out, warnings: Vec::new() };
+        if raise_on_limit && report.stop.is_limit() {
+            return Err(limit_error(py, &report, &options, out, report_json));
+        }
+        Ok((out, report_json))
     }
 
     /// Rule names in the order they are tried.
@@ -183,4 +193,22 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
     m.add_class::<PyProgram>()?;
     Ok(())
+}
+
+/// ApplyError for a rewrite or time limit (with `on_limit="raise"`), holding the work done as `.graph` and
+/// `.report`.
+fn limit_error(py: Python<'_>, report: &Report, options: &ApplyOptions, graph: PyGraph, report_json: String) -> PyErr {
+    let rule = report.stopped_in_rule.as_deref().unwrap_or("?");
+    let message = if report.stop == rlx_rules_core::apply::StopReason::RewriteLimit {
+        format!("rewrite budget of {} exceeded in rule {rule}: stopped after {} rewrites", options.max_rewrites, report.rewrites)
+    } else {
+        format!("time budget of {:?} exceeded in rule {rule}: stopped after {} rewrites", options.time_budget, report.rewrites)
+    };
+    let err = new_err(Class::Apply, report.stop.as_str(), message);
+    let value = err.value(py);
+    let attached = Py::new(py, graph).and_then(|g| value.setattr("graph", g)).and_then(|()| value.setattr("report", report_json));
+    match attached {
+        Ok(()) => err,
+        Err(e) => e,
+    }
 }

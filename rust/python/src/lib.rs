@@ -3,12 +3,14 @@
 use pyo3::prelude::*;
 
 mod engine;
+mod errors;
 mod kernels;
 mod weights;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
     engine::register(m)?;
     kernels::register(m)?;
     weights::register(m)?;

@@ -3,14 +3,16 @@
 use std::path::PathBuf;
 
 use numpy::PyReadonlyArray1;
-use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use rlx_rules_core::npz::{write_npz, NpyMember};
 
+use crate::errors::{new_err, Class};
+
 /// write_npz(path, names, headers, data): a new .npz at `path` with one NAME.npy member per name, each its
-/// .npy header followed by its data (a contiguous uint8 view of the array). Raises OSError.
+/// .npy header followed by its data (a contiguous uint8 view of the array). Raises OutputError (an OSError)
+/// when the file cannot be written, ParamError (a ValueError) for mismatched or non-contiguous arguments.
 #[pyfunction]
 #[pyo3(name = "write_npz")]
 fn py_write_npz(
@@ -21,7 +23,7 @@ fn py_write_npz(
     data: Vec<PyReadonlyArray1<'_, u8>>,
 ) -> PyResult<()> {
     if names.len() != headers.len() || names.len() != data.len() {
-        return Err(PyValueError::new_err(format!(
+        return Err(new_err(Class::Param, "argument", format!(
             "write_npz needs one header and one data array per name, got {} names, {} headers, {} arrays",
             names.len(),
             headers.len(),
@@ -32,11 +34,11 @@ fn py_write_npz(
     for ((name, header), array) in names.iter().zip(&headers).zip(&data) {
         let bytes = array
             .as_slice()
-            .map_err(|_| PyValueError::new_err(format!("write_npz: the data of {name:?} is not contiguous")))?;
+            .map_err(|_| new_err(Class::Param, "argument", format!("write_npz: the data of {name:?} is not contiguous")))?;
         members.push(NpyMember { name, header: header.as_bytes(), data: bytes });
     }
     py.detach(|| write_npz(&path, &members))
-        .map_err(|e| PyOSError::new_err(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| new_err(Class::Output, "io", format!("cannot write {}: {e}", path.display())))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
