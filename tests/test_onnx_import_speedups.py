@@ -87,16 +87,19 @@ def test_npz_replaces_the_old_file_and_reports_os_errors(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
-def test_npz_replaces_what_is_not_a_regular_file(tmp_path):
+def test_npz_refuses_what_is_not_a_regular_file(tmp_path):
+    from rlx_rules.safe_write import OutputRefused
+
     fifo = tmp_path / "fifo.npz"
-    os.mkfifo(fifo)  # replaced by the rename, never opened
-    save_weights(str(fifo), {"a": np.ones(3, dtype=np.float32)})
+    os.mkfifo(fifo)  # refused before it is opened (opening a FIFO for writing would block)
+    with pytest.raises(OutputRefused, match="a FIFO"):
+        save_weights(str(fifo), {"a": np.ones(3, dtype=np.float32)})
     link = tmp_path / "link.npz"
     link.symlink_to(tmp_path / "target.npz")
-    save_weights(str(link), {"a": np.zeros(2, dtype=np.float32)})  # the link itself is replaced
-    for p in (fifo, link):
-        assert p.is_file() and not p.is_symlink()
-    assert not (tmp_path / "target.npz").exists()
+    with pytest.raises(OutputRefused, match="symbolic link"):
+        save_weights(str(link), {"a": np.zeros(2, dtype=np.float32)})
+    assert link.is_symlink() and not (tmp_path / "target.npz").exists()
+    assert sorted(os.listdir(tmp_path)) == ["fifo.npz", "link.npz"]  # no temporary file left
 
 
 def test_npz_refuses_object_arrays_and_leaves_no_temporary_file(tmp_path):

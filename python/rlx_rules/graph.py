@@ -6,7 +6,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from . import _native
 
@@ -66,9 +66,13 @@ class Graph:
     def to_dict(self) -> dict:
         return json.loads(self.to_json())
 
-    def write(self, path: Union[str, os.PathLike], pretty: bool = False) -> None:
-        """Write atomically: a temporary file in the same folder, then a rename."""
-        self._native.write(os.fspath(path), pretty)
+    def write(self, path: Union[str, os.PathLike], pretty: bool = False, *, inputs: Sequence = (),
+              follow_symlinks: bool = False) -> None:
+        """Write atomically (rlx_rules.safe_write): a unique temporary file in the same folder, fsync, rename.
+        Refuses a target that is not a regular file, a symlink (unless `follow_symlinks`), or one of `inputs`."""
+        from .safe_write import atomic_write
+
+        atomic_write(path, self.to_json(pretty), inputs=inputs, follow_symlinks=follow_symlinks)
 
     @property
     def name(self) -> Optional[str]:

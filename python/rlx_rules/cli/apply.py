@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(fused.to_json(pretty=args.pretty) + "\n")
     else:
         try:
-            fused.write(out, pretty=args.pretty)
+            fused.write(out, pretty=args.pretty, inputs=args.rules)
         except GraphError as e:
             print(f"error: {e}", file=sys.stderr)
             return ExitCode.OUTPUT_ERROR

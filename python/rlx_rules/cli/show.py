@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 from ..graph import Graph
-from ..tools.show import DotMissing, _write_atomic, fused_ids, neighbourhood, render_svg, summary, to_dot
+from ..safe_write import WriteError, atomic_write
+from ..tools.show import DotMissing, fused_ids, neighbourhood, render_svg, summary, to_dot
 from . import ExitCode, add_set_option, parse_sets
 
 SHOW_EXAMPLES = """\
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print(summary(after, "after"))
         print(f"fused or new nodes: {len(fused)}" + (f" ({', '.join(f'%{i}' for i in sorted(fused)[:20])}"
                                                        f"{', ...' if len(fused) > 20 else ''})" if fused else ""))
+    inputs = [args.graph, *(args.rules or [])]  # never drawn over
     if args.dot or args.svg:
         text = to_dot(before, after, node=args.node, radius=args.radius)
         if args.dot:
@@ -44,7 +46,10 @@ def run(args: argparse.Namespace) -> int:
                 if args.dot == "-":
                     sys.stdout.write(text)
                 else:
-                    _write_atomic(args.dot, text.encode("utf-8"))
+                    atomic_write(args.dot, text, inputs=inputs)
+            except WriteError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return ExitCode.OUTPUT_ERROR
             except OSError as e:
                 print(f"error: cannot write {args.dot}: {e.strerror or e}", file=sys.stderr)
                 return ExitCode.OUTPUT_ERROR
@@ -58,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: {e}", file=sys.stderr)
                 return ExitCode.OUTPUT_ERROR
             try:
-                _write_atomic(args.svg, svg)
-            except OSError as e:
-                print(f"error: cannot write {args.svg}: {e.strerror or e}", file=sys.stderr)
+                atomic_write(args.svg, svg, inputs=inputs)
+            except WriteError as e:
+                print(f"error: {e}", file=sys.stderr)
                 return ExitCode.OUTPUT_ERROR
     return ExitCode.OK
 

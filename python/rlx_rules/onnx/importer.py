@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import facts
+from ..safe_write import OutputRefused, check_target
 from .common import OnnxImport, gc_paused
 from .converter import Converter
 from .model import load_model
@@ -22,7 +23,8 @@ def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
 
 def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_max_elements: int = 16):
     """Import an ONNX model as a Graph. With `output_path`, write the graph there and the weights beside it
-    (NAME.weights.npz, or `weights_path`), and point the graph's "weights" field at them."""
+    (NAME.weights.npz, or `weights_path`), and point the graph's "weights" field at them. Neither file may be
+    the model, nor the other one (rlx_rules.safe_write.OutputRefused)."""
     with gc_paused():
         return _import_onnx(model_or_path, output_path, weights_path, inline_max_elements)
 
@@ -30,18 +32,24 @@ def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_ma
 def _import_onnx(model_or_path, output_path, weights_path, inline_max_elements: int):
     from ..graph import Graph
 
-    result = convert(model_or_path, inline_max_elements=inline_max_elements)
-    data = result.graph
+    model = os.fspath(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else None
     if output_path is not None:
         output_path = os.fspath(output_path)
         wpath = os.fspath(weights_path) if weights_path is not None else default_weights_path(output_path)
+        if os.path.abspath(wpath) == os.path.abspath(output_path):
+            raise OutputRefused(f"cannot write {output_path}: it is also the weights file")
+        check_target(output_path, inputs=[model, wpath])  # refused before the weights are written
+        check_target(wpath, inputs=[model, output_path])
+    result = convert(model_or_path, inline_max_elements=inline_max_elements)
+    data = result.graph
+    if output_path is not None:
         graph_dir = os.path.dirname(os.path.abspath(output_path))
         data["weights"] = os.path.relpath(os.path.abspath(wpath), graph_dir)
         graph = Graph.from_dict(data)
-        save_weights(wpath, result.weights)
-        graph.write(output_path, pretty=True)
+        save_weights(wpath, result.weights, inputs=[model, output_path])
+        graph.write(output_path, pretty=True, inputs=[model, wpath])
         return graph
     if weights_path is not None:
-        save_weights(os.fspath(weights_path), result.weights)
+        save_weights(os.fspath(weights_path), result.weights, inputs=[model])
         data["weights"] = os.path.abspath(os.fspath(weights_path))
     return Graph.from_dict(data)

@@ -140,7 +140,9 @@ def import_rlx_json(path_or_data, output_path=None):
     """A Graph from RLX's serde JSON (a path, a JSON string or a dict); written to `output_path` if given."""
     from ..graph import Graph
 
+    source = None
     if isinstance(path_or_data, (str, os.PathLike)) and not str(path_or_data).lstrip().startswith("{"):
+        source = path_or_data
         try:
             with open(path_or_data, "rb") as f:
                 path_or_data = f.read()
@@ -148,7 +150,7 @@ def import_rlx_json(path_or_data, output_path=None):
             raise GraphError(f"cannot read {os.fspath(path_or_data)}: {e.strerror}") from e
     graph = Graph.from_dict(from_rlx_json(path_or_data))
     if output_path is not None:
-        graph.write(os.fspath(output_path), pretty=True)
+        graph.write(os.fspath(output_path), pretty=True, inputs=[source])
     return graph
 
 
@@ -245,17 +247,11 @@ def to_rlx_json(graph, *, allow_non_rlx: bool = False) -> dict:
 
 
 def export_rlx_json(graph, path=None, *, allow_non_rlx: bool = False, indent: Optional[int] = None) -> str:
-    """RLX's serde JSON for `graph` as text; written to `path` (atomically) when given."""
+    """RLX's serde JSON for `graph` as text; written to `path` (atomically, never over the file the graph was
+    loaded from) when given."""
     text = json.dumps(to_rlx_json(graph, allow_non_rlx=allow_non_rlx), indent=indent)
     if path is not None:
-        path = os.fspath(path)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-            os.replace(tmp, path)
-        except OSError as e:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise GraphError(f"cannot write {path}: {e.strerror}") from e
+        from ..safe_write import atomic_write
+
+        atomic_write(path, text + "\n", inputs=[getattr(graph, "source_path", None)])
     return text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-import os
+from typing import Sequence
 
 import numpy as np
 
@@ -20,31 +20,29 @@ def default_weights_path(graph_path: str) -> str:
     return base + ".weights.npz"
 
 
-def save_weights(path: str, weights: dict[str, np.ndarray]) -> None:
+def save_weights(path: str, weights: dict[str, np.ndarray], *, inputs: Sequence = ()) -> None:
     """Write the weights as an uncompressed .npz (keys are Param names; what np.savez writes, without its
-    keyword-name limits), through a temporary file and a rename.
+    keyword-name limits), atomically (rlx_rules.safe_write), never over one of `inputs`.
 
     The archive is written in Rust (rlx_rules_core::npz, with the zip crate), from the arrays' own buffers and
     without the GIL; Python only makes the .npy headers (numpy's own format code)."""
     from .. import _native
+    from ..safe_write import OutputRefused, WriteError, atomic_output
 
-    tmp = path + ".tmp.npz"
+    names, headers, data = [], [], []
+    heads: dict = {}
+    for name, arr in weights.items():
+        head, body = _npy_parts(np.asanyarray(arr), heads)
+        names.append(name)
+        headers.append(head)
+        data.append(body)
     try:
-        names, headers, data = [], [], []
-        heads: dict = {}
-        for name, arr in weights.items():
-            head, body = _npy_parts(np.asanyarray(arr), heads)
-            names.append(name)
-            headers.append(head)
-            data.append(body)
-        _native.write_npz(tmp, names, headers, data)
-        os.replace(tmp, path)
-    except BaseException as e:  # never leave a half-written file behind
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(e, OSError):
-            raise OnnxImportError(f"cannot write weights to {path}: {e}") from e
+        with atomic_output(path, inputs=inputs) as (_fd, tmp):
+            _native.write_npz(tmp, names, headers, data)
+    except OutputRefused:
         raise
+    except WriteError as e:
+        raise OnnxImportError(f"cannot write weights to {path}: {e.__cause__ or e}") from e
 
 
 _NO_DATA = np.zeros(0, dtype=np.uint8)

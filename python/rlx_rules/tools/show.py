@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from collections import deque
 from typing import Optional
 
@@ -144,21 +143,6 @@ def to_dot(before: Graph, after: Optional[Graph] = None, *, node: Optional[int] 
         lines += ["  }"]
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class DotMissing(RuntimeError):
