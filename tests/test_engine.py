@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 import rlx_rules
 from rlx_rules.interpret import random_values, run
+from rlx_rules.report import StopReason
 
 from conftest import seed_graph
 
@@ -93,7 +95,8 @@ rule b phase flip { match { n = Sigmoid(x) } rewrite n => Relu(x) }
         {"id": 1, "op": "Relu", "inputs": [0], "shape": [2], "dtype": "f32"}], "outputs": [1]}
     fused, report = rlx_rules.compile_text(flip).apply(graph)
     phase = report.phases[0]
-    assert phase["stop"] == "cap" and phase["iterations"] == 3
+    assert phase["stop"] is StopReason.ITERATION_CAP and phase["iterations"] == 3
+    assert report.stop_reason is StopReason.ITERATION_CAP
     assert phase["still_firing"] == ["a", "b"]
     assert "CAP REACHED" in str(report)
 
@@ -241,3 +244,23 @@ def test_rewrites_on_several_roots_share_identical_helpers():
     assert sorted(n.inputs for n in abs_nodes) == [(0,), (3,)]  # one for x, shared by both roots; one for z
     relus = {n.id: n for n in out.nodes if n.op == "Relu"}
     assert relus[1].inputs == relus[2].inputs != relus[4].inputs
+
+
+def test_report_is_typed_and_round_trips_through_json():
+    from rlx_rules.report import PhaseReport, Report, RuleStats
+
+    _, report = rlx_rules.load_rules().apply(rlx_rules.examples.bert_encoder(layers=1), explain=True)
+    assert isinstance(report.phases[0], PhaseReport) and isinstance(report.phases[0].rules[0], RuleStats)
+    assert report.stop_reason is StopReason.FIXPOINT and report.phases[0]["stop"] == "fixpoint"
+    data = json.loads(report.to_json())
+    assert Report.from_dict(data) == report and Report.from_dict(data).to_dict() == data
+    assert report.near_misses and str(report.near_misses[0]).startswith(report.near_misses[0].rule)
+
+
+@pytest.mark.parametrize("text, reason", [("fixpoint", "FIXPOINT"), ("cap", "ITERATION_CAP"),
+                                          ("iteration_cap", "ITERATION_CAP"), ("rewrite_limit", "REWRITE_LIMIT"),
+                                          ("time_budget", "TIME_BUDGET")])
+def test_stop_reasons_old_and_new(text, reason):
+    assert StopReason(text) is StopReason[reason]
+    with pytest.raises(ValueError):
+        StopReason("tired")

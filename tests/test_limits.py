@@ -11,6 +11,7 @@ import rlx_rules
 from rlx_rules import _native
 from rlx_rules.lang.exprtypes import MAX_EXPR_DEPTH
 from rlx_rules.lang.scope import MAX_PATTERN_NODES
+from rlx_rules.report import StopReason
 from rlx_rules.lang.parse import MAX_INCLUDE_DEPTH, MAX_NESTING, MAX_SOURCE_BYTES, MAX_TREE_DEPTH
 
 
@@ -134,7 +135,7 @@ rule b phase flip { match { n = Gelu(x) } rewrite n => Relu(x) }
 def test_iteration_cap_stops_rules_that_undo_each_other():
     _, report = rlx_rules.compile_text(FLIP).apply(chain_graph(3))
     phase = report.phases[0]
-    assert phase["stop"] == "cap" and phase["iterations"] == 3 and phase["still_firing"] == ["a", "b"]
+    assert phase.stop is StopReason.ITERATION_CAP and phase["iterations"] == 3 and phase["still_firing"] == ["a", "b"]
 
 
 def test_rewrite_budget_per_apply():

@@ -66,7 +66,7 @@ def test_rules_that_undo_each_other_are_flagged_and_the_cap_stops_them():
         {"id": 0, "op": "Input", "name": "x", "shape": [2]}, {"id": 1, "op": "Relu", "inputs": [0], "shape": [2]}],
         "outputs": [1]}
     report = rlx_rules.compile_text(text).apply(graph)[1]
-    assert report.phases[0]["stop"] == "cap" and report.phases[0]["still_firing"] == ["g", "h"]
+    assert report.phases[0].stop == "iteration_cap" and report.phases[0]["still_firing"] == ["g", "h"]
 
 
 def test_bundled_library_is_clean_and_strict_check_fails_on_warnings(tmp_path, capsys):

@@ -19,6 +19,7 @@ from .lang.params import ParamValue, resolve
 from .lang.parse import parse_files, parse_text
 from .lang.registry import Registry, builtin_registry
 from .report import Report
+from .tools.explain import NearMiss
 
 PathLike = Union[str, os.PathLike]
 
@@ -89,7 +90,7 @@ class RuleSet:
                          fail_after_rewrites=fail_after_rewrites, explain="unfired" if explain else None)
 
     def explain(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
-                rule: Optional[str] = None, node: Optional[int] = None, all: bool = False) -> list[dict]:
+                rule: Optional[str] = None, node: Optional[int] = None, all: bool = False) -> list[NearMiss]:
         """Why rules did not fire: near-miss records, best first (the best one per rule unless `all`).
 
         Each record gives the rule, the candidate root, how much of the pattern matched (`progress` of
@@ -110,7 +111,7 @@ class RuleSet:
             graph._native, json.dumps({k: v.value for k, v in values.items()}), **options)
         data = json.loads(report_json)
         data["params_in_force"] = {k: {"value": v.value, "source": v.source} for k, v in values.items()}
-        return Graph(native_graph), Report(data)
+        return Graph(native_graph), Report.from_dict(data)
 
     def __repr__(self) -> str:
         return f"<RuleSet: {len(self.rule_names)} rules in phases {', '.join(self.phases)}>"

@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     rules = load_rules(*args.rules, params=parse_sets(args.set))
     records = rules.explain(Graph.load(args.graph), rule=args.rule, node=args.node, all=args.all)
     if args.json:
-        print(json.dumps(records, indent=2))
+        print(json.dumps([r.to_dict() for r in records], indent=2))
     elif not records:
         print("nothing to explain: every candidate matched (see `rlx-rules apply` for what fired)")
     else:
