@@ -23,6 +23,7 @@ from onnx import TensorProto, helper
 
 import rlx_rules
 from rlx_rules.api import RuleSet
+from rlx_rules.safe_write import atomic_write
 from rlx_rules.onnx.importer import convert
 from rlx_rules.tools.verify import single_rule_program
 
@@ -282,7 +283,7 @@ def main(argv=None) -> int:
             if not path.exists() or path.read_text() != text:
                 problems.append(f"{path.relative_to(ROOT)} is out of date: run python {Path(__file__).relative_to(ROOT)}")
         else:
-            path.write_text(text)
+            atomic_write(path, text)
         print(f"{name:32} {len(graph['nodes']):3} nodes, before {phase}: "
               + ", ".join(f"{r['name']} {ex['fires']}" for r, ex in expects.get(name, [])))
     for p in problems:

@@ -114,6 +114,13 @@ def test_unknown_param_is_rejected(rules):
         rules.apply(seed_graph(), {"NOPE": 1})
 
 
+@pytest.mark.parametrize("value", ["99999999999999999999", 2**63, True, 1.5, "12x"])
+def test_param_values_are_checked_once_against_the_declared_type(rules, value):
+    # RLX_FUSE_ATTN_THRESHOLD is an int: the same check (value_fits) for a --set string and a Python value
+    with pytest.raises(rlx_rules.ParamError, match="RLX_FUSE_ATTN_THRESHOLD: expected int"):
+        rules.apply(seed_graph(), {"RLX_FUSE_ATTN_THRESHOLD": value})
+
+
 def test_apply_leaves_the_input_graph_unchanged(rules):
     graph = rlx_rules.load_graph(rlx_rules.examples.bert_encoder(layers=1))
     before = graph.to_json()

@@ -2,27 +2,7 @@
 
 from __future__ import annotations
 
-
-class _Builder:
-    def __init__(self, name: str):
-        self.nodes: list[dict] = []
-        self.name = name
-
-    def add(self, op: str, inputs=(), attrs=None, shape=None, name=None, dtype="f32") -> int:
-        node = {"id": len(self.nodes), "op": op}
-        if name is not None:
-            node["name"] = name
-        if inputs:
-            node["inputs"] = list(inputs)
-        if attrs:
-            node["attrs"] = attrs
-        node["shape"] = list(shape)
-        node["dtype"] = dtype
-        self.nodes.append(node)
-        return node["id"]
-
-    def graph(self, outputs) -> dict:
-        return {"format": "rlx-graph", "version": 1, "name": self.name, "nodes": self.nodes, "outputs": list(outputs)}
+from .graph_builder import GraphBuilder
 
 
 def bert_encoder(layers: int = 2, batch: int = 1, seq: int = 8, hidden: int = 768, heads: int = 12,
@@ -33,7 +13,7 @@ def bert_encoder(layers: int = 2, batch: int = 1, seq: int = 8, hidden: int = 76
     ffn = ffn or 4 * hidden
     if hidden % heads:
         raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")
-    b = _Builder(f"bert_encoder_{layers}l")
+    b = GraphBuilder(f"bert_encoder_{layers}l", default_dtype="f32")
     x = b.add("Input", shape=[batch, seq, hidden], name="hidden")
     mask = b.add("Input", shape=[batch, seq], name="mask")
     act = [batch, seq]
@@ -81,7 +61,7 @@ def llama_decoder(layers: int = 2, batch: int = 1, seq: int = 8, hidden: int = 6
     if hidden % heads or (hidden // heads) % 2:
         raise ValueError(f"hidden {hidden} / heads {heads} must give an even head_dim")
     head_dim = hidden // heads
-    b = _Builder(f"llama_decoder_{layers}l")
+    b = GraphBuilder(f"llama_decoder_{layers}l", default_dtype="f32")
     act = [batch, seq]
     x = b.add("Input", shape=act + [hidden], name="hidden")
     cos = b.add("Input", shape=[seq, head_dim // 2], name="rope_cos")

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..errors import GraphError, OnnxImportError
+from ..formats import GRAPH_FORMAT
 from . import ExitCode
 
 IMPORT_EXAMPLES = """\
@@ -22,7 +23,7 @@ def is_graph_json(path: str) -> bool:
             head = f.read(4096)
     except OSError:
         return False
-    return b'"rlx-graph"' in head
+    return f'"{GRAPH_FORMAT}"'.encode() in head
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             graph = import_onnx(src, args.output, weights_path=args.weights, inline_max_elements=args.inline_max)
         else:
             if is_graph_json(src):
-                print(f"error: {src} is already a graph.json (format \"rlx-graph\")", file=sys.stderr)
+                print(f"error: {src} is already a graph.json (format \"{GRAPH_FORMAT}\")", file=sys.stderr)
                 return ExitCode.USAGE
             from ..onnx.rlx_json import import_rlx_json
             graph = import_rlx_json(src, args.output)

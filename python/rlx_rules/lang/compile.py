@@ -8,10 +8,9 @@ from typing import Optional
 from . import ast
 from .exprtypes import literal_value
 from .scope import CheckedRules, RuleScope, absorbed, pattern_children
+from ..formats import PROGRAM_FORMAT, PROGRAM_VERSION
 from .registry import Registry
 
-PROGRAM_FORMAT = "rlx-program"
-PROGRAM_VERSION = 1
 
 
 class _Sources:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ..errors import ParamError
+from .exprtypes import value_fits
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -21,20 +22,19 @@ class ParamValue:
 
 
 def convert(text: object, type_name: str, what: str) -> object:
-    """Convert a CLI or environment string (or a Python value) to the parameter's declared type."""
+    """Convert a CLI or environment string (or a Python value) to the parameter's declared type; the one type
+    check of parameter values (value_fits, which the checker also applies to defaults and `expect` values)."""
     if not isinstance(text, str):
-        ok = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-              "bool": lambda v: isinstance(v, bool), "str": lambda v: False}[type_name]
-        if not ok(text):
+        if type_name == "str" or not value_fits(text, type_name):
             raise ParamError(f"{what}: expected {type_name}, got {type(text).__name__} {text!r}")
         return float(text) if type_name == "float" else text
     raw = text.strip()
     try:
-        if type_name == "int":
-            return int(raw, 10)
-        if type_name == "float":
-            return float(raw)
+        if type_name in ("int", "float"):
+            value = int(raw, 10) if type_name == "int" else float(raw)
+            if not value_fits(value, type_name):
+                raise ValueError(raw)
+            return value
     except ValueError:
         raise ParamError(f"{what}: expected {type_name}, got {text!r}") from None
     if type_name == "bool":

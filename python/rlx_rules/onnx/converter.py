@@ -7,6 +7,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..errors import OnnxImportError
+from ..graph_builder import GraphBuilder
 from .common import BINARY, COMPARE, DTYPES, FOLDED_INPUTS, MIN_OPSET, REDUCE, SUPPORTED_DOMAINS, UNARY, f32_json, gc_paused, numpy_helper, onnx, rlx_ops_named, tensor_array, value_to_json
 from .folding import FOLDERS, FOLD_MAX, NoFold, fold_int_list
 from .op_converters import OpConverters
@@ -18,7 +19,8 @@ class Converter(OpConverters):
         self.model = model
         self.graph = model.graph
         self.inline_max = inline_max
-        self.nodes: list[dict] = []
+        self.builder = GraphBuilder(self.graph.name or None)
+        self.nodes = self.builder.nodes
         self.weights: dict[str, np.ndarray] = {}
         self.warnings: list[str] = []
         self.tensors: dict[str, int] = {}      # ONNX tensor name -> graph.json node id
@@ -115,29 +117,17 @@ class Converter(OpConverters):
     # ---- node creation --------------------------------------------------------------------------------------
     def emit(self, op: str, inputs: list[int], attrs: Optional[dict] = None, *, out: Optional[str] = None,
              name: Optional[str] = None, onnx_node=None, shape=None, dtype=None, extra: Optional[dict] = None) -> int:
-        nid = len(self.nodes)
-        node: dict[str, Any] = {"id": nid, "op": op}
-        if name:
-            node["name"] = name
-        if inputs:
-            node["inputs"] = list(inputs)
-        if attrs:
-            node["attrs"] = attrs
         if out is not None and shape is None and dtype is None:
             shape, dtype = self.vi.get(out, (None, None))
-        if shape is not None:
-            node["shape"] = list(shape)
-        if dtype is not None:
-            node["dtype"] = dtype
+        more: dict[str, Any] = {}
         if onnx_node is not None:
-            node["onnx_op"] = onnx_node.op_type
+            more["onnx_op"] = onnx_node.op_type
             if onnx_node.domain not in ("", "ai.onnx"):
-                node["onnx_domain"] = onnx_node.domain
+                more["onnx_domain"] = onnx_node.domain
         if out is not None:
-            node["onnx_output"] = out
-        if extra:
-            node.update(extra)
-        self.nodes.append(node)
+            more["onnx_output"] = out
+        more.update(extra or {})
+        nid = self.builder.add(op, inputs, attrs, shape, name=name, dtype=dtype, extra=more)
         if out is not None:
             self.tensors[out] = nid
         return nid
@@ -187,11 +177,11 @@ class Converter(OpConverters):
         outputs = [self.value(o.name) for o in self.graph.output]
         nodes, outputs = prune(self.nodes, outputs)
         refine_shapes(nodes)
+        self.builder.nodes[:] = nodes
         opsets = {imp.domain or "ai.onnx": imp.version for imp in self.model.opset_import}
-        return {"format": "rlx-graph", "version": 1, "name": self.graph.name or None, "nodes": nodes,
-                "outputs": outputs,
-                "onnx": {"ir_version": self.model.ir_version, "opsets": opsets,
-                         "producer": f"{self.model.producer_name} {self.model.producer_version}".strip()}}
+        producer = f"{self.model.producer_name} {self.model.producer_version}".strip()
+        return self.builder.graph(outputs, onnx={"ir_version": self.model.ir_version, "opsets": opsets,
+                                                 "producer": producer})
 
     def convert(self, node) -> None:
         op, domain = node.op_type, node.domain

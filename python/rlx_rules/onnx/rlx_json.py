@@ -10,6 +10,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ..errors import GraphError
+from ..formats import GRAPH_FORMAT, GRAPH_VERSION
 
 # RLX's DType variants (serde: unit variants as strings) <-> graph.json dtype strings.
 DTYPE_TO_RLX = {"f32": "F32", "f16": "F16", "bf16": "BF16", "f64": "F64", "i8": "I8", "i16": "I16", "i32": "I32",
@@ -132,7 +133,7 @@ def from_rlx_json(data: Union[str, bytes, dict]) -> dict:
             extra["rlx_origin"] = n["origin"]
         node.update(extra)
         nodes.append(node)
-    return {"format": "rlx-graph", "version": 1, "name": data.get("name"), "nodes": nodes,
+    return {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "name": data.get("name"), "nodes": nodes,
             "outputs": list(data["outputs"])}
 
 

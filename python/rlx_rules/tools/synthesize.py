@@ -25,6 +25,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..graph_builder import GraphBuilder
 from ..lang.registry import Registry, builtin_registry
 
 LEAF_SHAPE = [2, 4, 24]
@@ -130,26 +131,19 @@ class Skeleton:
         return out
 
     def graph(self) -> dict:
-        nodes = []
+        b = GraphBuilder(f"synthesized_{self.rule['name']}", default_dtype="f32")
         for nid in self.order():
             n = self.nodes[nid]
-            node = {"id": nid, "op": n["op"], "name": n["name"], "shape": self.shapes.get(nid), "dtype": "f32"}
-            if n["inputs"]:
-                node["inputs"] = list(n["inputs"])
-            if n["attrs"]:
-                node["attrs"] = dict(n["attrs"])
-            if n.get("facts"):
-                node["facts"] = list(n["facts"])
-            nodes.append(node)
-        return {"format": "rlx-graph", "version": 1, "name": f"synthesized_{self.rule['name']}",
-                "nodes": nodes, "outputs": list(self.outputs)}
+            b.add(n["op"], n["inputs"], dict(n["attrs"]), self.shapes.get(nid), name=n["name"], id=nid,
+                  extra={"facts": list(n["facts"])} if n.get("facts") else None)
+        return b.graph(self.outputs)
 
     # ---- shapes, by running the ops ----
     def infer_shapes(self) -> None:
         from ..interpret.core import Interpreter
         from ..interpret.optable import OPS
 
-        runner = Interpreter({"format": "rlx-graph", "version": 1, "nodes": [], "outputs": []})
+        runner = Interpreter(GraphBuilder().graph([]))
         self.consistent = True
         for _ in range(MAX_ROUNDS):
             values = {nid: np.random.default_rng(0).standard_normal(self.shapes[nid]) * 0.1
