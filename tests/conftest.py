@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -62,3 +63,11 @@ def rules():
 @pytest.fixture
 def seed():
     return copy.deepcopy(seed_graph())
+
+
+@pytest.fixture
+def small_bert_file(tmp_path):
+    """A 2-layer BERT encoder (hidden 64, 4 heads) as model.graph.json in tmp_path."""
+    path = tmp_path / "model.graph.json"
+    path.write_text(json.dumps(rlx_rules.examples.bert_encoder(layers=2, hidden=64, heads=4)))
+    return path

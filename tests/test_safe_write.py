@@ -121,10 +121,8 @@ def test_eight_concurrent_writers_leave_one_whole_file(tmp_path):
 
 
 @pytest.fixture
-def graph_file(tmp_path):
-    path = tmp_path / "g.json"
-    path.write_text(json.dumps(rlx_rules.examples.bert_encoder(layers=1, hidden=64, heads=4)))
-    return path
+def graph_file(small_bert_file):
+    return small_bert_file
 
 
 def test_show_refuses_to_draw_over_its_input(graph_file, capsys):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import time
@@ -18,10 +17,8 @@ from rlx_rules.tools.progress import enabled_for, progress
 
 
 @pytest.fixture
-def graph_file(tmp_path):
-    path = tmp_path / "model.graph.json"
-    path.write_text(json.dumps(rlx_rules.examples.bert_encoder(layers=2, hidden=64, heads=4)))
-    return path
+def graph_file(small_bert_file):
+    return small_bert_file
 
 
 def test_summary_lists_size_histogram_inputs_and_outputs(graph_file, capsys):

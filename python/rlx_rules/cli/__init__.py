@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import sys
 from typing import Sequence
 
 from ..errors import ParamError
@@ -33,6 +34,12 @@ class ExitCode(enum.IntEnum):
     OUTPUT_ERROR = 7
     VERIFY_FAILED = 8
     INTERNAL_ERROR = 70
+
+
+def fail(message: object, code: ExitCode) -> ExitCode:
+    """Print `error: MESSAGE` on stderr and return `code`: how a command reports a failure."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
 
 
 def parse_sets(pairs: Sequence[str]) -> dict[str, str]:

@@ -7,7 +7,7 @@ import sys
 from typing import Optional, Sequence
 
 from ..errors import ApplyError, GraphError, ParamError, ProgramError, RuleError
-from . import EXAMPLES, ExitCode
+from . import EXAMPLES, ExitCode, fail
 from . import apply, check, explain, export, import_model, show, verify
 
 
@@ -30,14 +30,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(e, file=sys.stderr)
         return ExitCode.RULE_ERROR
     except ParamError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.PARAM_ERROR
+        return fail(e, ExitCode.PARAM_ERROR)
     except GraphError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.GRAPH_ERROR
+        return fail(e, ExitCode.GRAPH_ERROR)
     except (ApplyError, ProgramError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.APPLY_ERROR
+        return fail(e, ExitCode.APPLY_ERROR)
     except BrokenPipeError:
         return ExitCode.OK
 

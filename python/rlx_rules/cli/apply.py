@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import GraphError
-from . import EXAMPLES, ExitCode, add_set_option, parse_sets
+from . import EXAMPLES, ExitCode, add_set_option, fail, parse_sets
 
 
 def default_output(graph_path: str) -> str:
@@ -43,16 +43,14 @@ def run(args: argparse.Namespace) -> int:
     out = args.output or default_output(args.graph)
     to_stdout = out == "-"
     if not to_stdout and same_file(out, args.graph) and not args.in_place:
-        print(f"error: output {out} is the input graph; pass --in-place to overwrite it", file=sys.stderr)
-        return ExitCode.USAGE
+        return fail(f"output {out} is the input graph; pass --in-place to overwrite it", ExitCode.USAGE)
     if to_stdout:
         sys.stdout.write(fused.to_json(pretty=args.pretty) + "\n")
     else:
         try:
             fused.write(out, pretty=args.pretty, inputs=args.rules)
         except GraphError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return ExitCode.OUTPUT_ERROR
+            return fail(e, ExitCode.OUTPUT_ERROR)
     stream = sys.stderr if to_stdout else sys.stdout
     if args.json:
         data = dict(report.data, input=args.graph, output=out)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import GraphError
-from . import ExitCode
+from . import ExitCode, fail
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,8 +21,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             export_rlx_json(graph, args.output, allow_non_rlx=args.allow_non_rlx, indent=1 if args.pretty else None)
     except GraphError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return ExitCode.OUTPUT_ERROR if str(e).startswith("cannot write") else ExitCode.GRAPH_ERROR
+        return fail(e, ExitCode.OUTPUT_ERROR if str(e).startswith("cannot write") else ExitCode.GRAPH_ERROR)
     if not args.quiet and args.output != "-":
         print(f"rlx-rules export: {args.graph} -> {args.output} ({args.format})")
     return ExitCode.OK

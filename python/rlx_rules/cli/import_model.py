@@ -7,7 +7,7 @@ import sys
 
 from ..errors import GraphError, OnnxImportError
 from ..formats import GRAPH_FORMAT
-from . import ExitCode
+from . import ExitCode, fail
 
 IMPORT_EXAMPLES = """\
 examples:
@@ -34,20 +34,16 @@ def run(args: argparse.Namespace) -> int:
             graph = import_onnx(src, args.output, weights_path=args.weights, inline_max_elements=args.inline_max)
         else:
             if is_graph_json(src):
-                print(f"error: {src} is already a graph.json (format \"{GRAPH_FORMAT}\")", file=sys.stderr)
-                return ExitCode.USAGE
+                return fail(f"{src} is already a graph.json (format \"{GRAPH_FORMAT}\")", ExitCode.USAGE)
             from ..onnx.rlx_json import import_rlx_json
             graph = import_rlx_json(src, args.output)
     except OnnxImportError as e:
-        print(f"error: {src}: {e}", file=sys.stderr)
-        return ExitCode.GRAPH_ERROR
+        return fail(f"{src}: {e}", ExitCode.GRAPH_ERROR)
     except GraphError as e:
         message = str(e)
         if "cannot write" in message or "write" in message.split(":")[0]:
-            print(f"error: {message}", file=sys.stderr)
-            return ExitCode.OUTPUT_ERROR
-        print(f"error: {src}: {message}", file=sys.stderr)
-        return ExitCode.GRAPH_ERROR
+            return fail(message, ExitCode.OUTPUT_ERROR)
+        return fail(f"{src}: {message}", ExitCode.GRAPH_ERROR)
     if not args.quiet:
         for w in graph.warnings:
             print(f"warning: {args.output}: {w}", file=sys.stderr)

@@ -9,7 +9,7 @@ import sys
 from ..graph import Graph
 from ..safe_write import WriteError, atomic_write
 from ..tools.show import DotMissing, fused_ids, neighbourhood, render_svg, summary, to_dot
-from . import ExitCode, add_set_option, parse_sets
+from . import ExitCode, add_set_option, fail, parse_sets
 
 SHOW_EXAMPLES = """\
 examples:
@@ -48,25 +48,20 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     atomic_write(args.dot, text, inputs=inputs)
             except WriteError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return ExitCode.OUTPUT_ERROR
+                return fail(e, ExitCode.OUTPUT_ERROR)
             except OSError as e:
-                print(f"error: cannot write {args.dot}: {e.strerror or e}", file=sys.stderr)
-                return ExitCode.OUTPUT_ERROR
+                return fail(f"cannot write {args.dot}: {e.strerror or e}", ExitCode.OUTPUT_ERROR)
         if args.svg:
             try:
                 svg = render_svg(text)
             except DotMissing as e:
-                print(f"error: {e}", file=sys.stderr)
-                return ExitCode.USAGE
+                return fail(e, ExitCode.USAGE)
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-                print(f"error: {e}", file=sys.stderr)
-                return ExitCode.OUTPUT_ERROR
+                return fail(e, ExitCode.OUTPUT_ERROR)
             try:
                 atomic_write(args.svg, svg, inputs=inputs)
             except WriteError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return ExitCode.OUTPUT_ERROR
+                return fail(e, ExitCode.OUTPUT_ERROR)
     return ExitCode.OK
 
 
