@@ -228,7 +228,7 @@ fn gate_open(program: &Program, gate: usize, graph: &WorkGraph, params: &[Val]) 
     match &g.scan {
         None => holds(&[]),
         Some((quantifier, op)) => {
-            let mut nodes = graph.candidates(op).iter().copied().filter(|&i| graph.alive[i]);
+            let mut nodes = graph.candidates(op).iter().map(|&i| i as usize).filter(|&i| graph.is_alive(i));
             match quantifier {
                 Quantifier::Any => nodes.any(|i| holds(&[i])),
                 Quantifier::All => nodes.all(|i| holds(&[i])),
@@ -247,10 +247,33 @@ pub fn apply(
     options: &ApplyOptions,
 ) -> Result<(Graph, Report), ApplyError> {
     let start = Instant::now();
+    let param_vals = param_values(program, params)?;
+    run(WorkGraph::new(graph), start, program, param_vals, registry, options)
+}
+
+/// [`apply`] to a graph the caller keeps: only the nodes that survive are copied, at the end.
+pub fn apply_borrowed(
+    graph: &Graph,
+    program: &Program,
+    params: &serde_json::Map<String, Value>,
+    registry: &Registry,
+    options: &ApplyOptions,
+) -> Result<(Graph, Report), ApplyError> {
+    let start = Instant::now();
+    let param_vals = param_values(program, params)?;
+    run(WorkGraph::borrowed(graph), start, program, param_vals, registry, options)
+}
+
+fn run(
+    mut work: WorkGraph<'_>,
+    start: Instant,
+    program: &Program,
+    param_vals: Vec<Val>,
+    registry: &Registry,
+    options: &ApplyOptions,
+) -> Result<(Graph, Report), ApplyError> {
     // No deadline when the budget reaches past what an Instant can hold.
     let deadline = start.checked_add(options.time_budget);
-    let param_vals = param_values(program, params)?;
-    let mut work = WorkGraph::new(graph);
     let nodes_before = work.live_count();
     let ops_before = work.op_counts();
     let mut matcher = Matcher::new();
@@ -293,17 +316,17 @@ pub fn apply(
                 // Candidates as of now, in graph order; nodes added by this rule wait for the next iteration.
                 candidates.clear();
                 for op in &rule.root_ops {
-                    candidates.extend_from_slice(work.candidates(op));
+                    candidates.extend(work.candidates(op).iter().map(|&i| i as usize));
                 }
                 if rule.root_ops.len() > 1 {
-                    candidates.sort_by_key(|&i| work.order_key[i]);
+                    candidates.sort_by_key(|&i| work.order_key(i));
                 }
                 for (n, &root) in candidates.iter().enumerate() {
                     // Reading the clock costs; every 64 candidates is often enough.
                     if n % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
                         stop = StopReason::TimeBudget;
                     }
-                    if stop == StopReason::TimeBudget || !work.alive[root] {
+                    if stop == StopReason::TimeBudget || !work.is_alive(root) {
                         if stop.is_limit() {
                             break;
                         }
@@ -400,9 +423,7 @@ pub fn apply(
 
     let nodes_after = work.live_count();
     let ops_after = work.op_counts();
-    let created = work.created_ids();
-    let mut out = work.into_graph();
-    out.finish_rewrite(registry, &created).map_err(ApplyError::InvalidResult)?;
+    let out = work.into_graph(registry).map_err(ApplyError::InvalidResult)?;
     let params_report = program
         .params
         .iter()

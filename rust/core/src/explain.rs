@@ -60,7 +60,7 @@ impl MissRecord {
 }
 
 fn label(graph: &WorkGraph, i: usize) -> String {
-    let n = &graph.nodes[i];
+    let n = graph.node(i);
     let shape = n
         .shape
         .as_ref()
@@ -95,10 +95,10 @@ pub fn describe(env: &Env<'_>, program: &Program, e: &Expr) -> String {
         match x {
             Expr::Call(Builtin::Uses, args) => match env.eval(&args[0]) {
                 Ok(Val::Node(i)) => {
-                    let mut consumers: Vec<usize> = env.graph.consumers[i].clone();
+                    let mut consumers: Vec<usize> = env.graph.consumers(i).collect();
                     consumers.sort_unstable();
                     consumers.dedup();
-                    let ids: Vec<String> = consumers.iter().map(|&c| format!("%{}", env.graph.nodes[c].id)).collect();
+                    let ids: Vec<String> = consumers.iter().map(|&c| format!("%{}", env.graph.node(c).id)).collect();
                     format!(" (consumers {})", ids.join(" "))
                 }
                 _ => String::new(),
@@ -151,7 +151,7 @@ fn structural(rule: &Rule, graph: &WorkGraph, attempt: &Attempt, pc: usize) -> F
         Instr::Arity { slot, n } => format!(
             "{} must have {n} inputs, has {}",
             slot_label(*slot),
-            graph.inputs.get(attempt.slots[*slot]).map_or(0, Vec::len)
+            attempt.slots.get(*slot).filter(|&&i| i < graph.len()).map_or(0, |&i| graph.inputs(i).len())
         ),
         Instr::Input { slot, index, to } => {
             format!("input {index} of {} must be {}", slot_label(*slot), rule.slot_names[*to])
@@ -171,9 +171,9 @@ fn structural(rule: &Rule, graph: &WorkGraph, attempt: &Attempt, pc: usize) -> F
 pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGraph, params: &[Val], options: &ExplainOptions) -> Vec<MissRecord> {
     let mut matcher = Matcher::new();
     let mut records = Vec::new();
-    let mut candidates: Vec<usize> = rule.root_ops.iter().flat_map(|op| graph.candidates(op).iter().copied()).collect();
-    candidates.retain(|&i| graph.alive[i]);
-    candidates.sort_by_key(|&i| graph.order_key[i]);
+    let mut candidates: Vec<usize> = rule.root_ops.iter().flat_map(|op| graph.candidates(op).iter().map(|&i| i as usize)).collect();
+    candidates.retain(|&i| graph.is_alive(i));
+    candidates.sort_by_key(|&i| graph.order_key(i));
     for root in candidates {
         let attempt = matcher.explain_at(rule, graph, params, root);
         if attempt.structure_matched && attempt.failures.is_empty() {
@@ -184,7 +184,7 @@ pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
         }
         let bound: Vec<usize> = attempt.slots.iter().copied().filter(|&i| i != usize::MAX).collect();
         if let Some(node) = options.node {
-            if !bound.iter().any(|&i| graph.nodes[i].id == node) {
+            if !bound.iter().any(|&i| graph.node(i).id == node) {
                 continue;
             }
         }
@@ -207,7 +207,7 @@ pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
         records.push(MissRecord {
             rule: rule.name.clone(),
             phase: phase.to_string(),
-            root: Some(graph.nodes[root].id),
+            root: Some(graph.node(root).id),
             root_label: Some(label(graph, root)),
             structure_matched: attempt.structure_matched,
             progress: if attempt.structure_matched {
@@ -237,12 +237,12 @@ fn explain_group_at(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
         return None;
     }
     if let Some(node) = options.node {
-        if !members.iter().flatten().any(|&i| i != usize::MAX && graph.nodes[i].id == node) {
+        if !members.iter().flatten().any(|&i| i != usize::MAX && graph.node(i).id == node) {
             return None;
         }
     }
     let mut failed = Vec::new();
-    let ids: Vec<String> = members.iter().map(|m| format!("%{}", graph.nodes[m[0]].id)).collect();
+    let ids: Vec<String> = members.iter().map(|m| format!("%{}", graph.node(m[0]).id)).collect();
     if !size_ok {
         failed.push(FailedCheck {
             loc: rule.loc.clone(),
@@ -261,14 +261,14 @@ fn explain_group_at(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
         .iter()
         .enumerate()
         .map(|(s, name)| {
-            let nodes: Vec<String> = members.iter().map(|m| format!("%{}", graph.nodes[m[s]].id)).collect();
+            let nodes: Vec<String> = members.iter().map(|m| format!("%{}", graph.node(m[s]).id)).collect();
             (name.clone(), nodes.join(" "))
         })
         .collect();
     Some(MissRecord {
         rule: rule.name.clone(),
         phase: phase.to_string(),
-        root: Some(graph.nodes[root].id),
+        root: Some(graph.node(root).id),
         root_label: Some(label(graph, root)),
         structure_matched: true,
         progress: rule.code.len() + rule.group_guards.len() + 1 - failed.len(),
@@ -291,7 +291,7 @@ pub fn explain_gate(program: &Program, gate: usize, rule: &Rule, phase: &str, gr
     match &g.scan {
         None => details.extend(first_failure(&[])),
         Some((quantifier, op)) => {
-            let nodes: Vec<usize> = graph.candidates(op).iter().copied().filter(|&i| graph.alive[i]).collect();
+            let nodes: Vec<usize> = graph.candidates(op).iter().map(|&i| i as usize).filter(|&i| graph.is_alive(i)).collect();
             if nodes.is_empty() {
                 details.push(format!("the graph has no {op} node"));
             }

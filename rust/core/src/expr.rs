@@ -112,7 +112,7 @@ impl std::fmt::Display for Val {
 /// rule the members (each a full slot vector) and which member, if any, is selected.
 #[derive(Clone, Copy)]
 pub struct Env<'a> {
-    pub graph: &'a WorkGraph,
+    pub graph: &'a WorkGraph<'a>,
     pub slots: &'a [usize],
     pub params: &'a [Val],
     pub group: Option<&'a [Vec<usize>]>,
@@ -122,12 +122,12 @@ pub struct Env<'a> {
 
 impl<'a> Env<'a> {
     /// An environment for a rule without a group.
-    pub fn new(graph: &'a WorkGraph, slots: &'a [usize], params: &'a [Val]) -> Env<'a> {
+    pub fn new(graph: &'a WorkGraph<'a>, slots: &'a [usize], params: &'a [Val]) -> Env<'a> {
         Env { graph, slots, params, group: None, per_member: &[], member: None }
     }
 
     /// An environment for a group rule, with no member selected.
-    pub fn for_group(graph: &'a WorkGraph, members: &'a [Vec<usize>], per_member: &'a [bool], params: &'a [Val]) -> Env<'a> {
+    pub fn for_group(graph: &'a WorkGraph<'a>, members: &'a [Vec<usize>], per_member: &'a [bool], params: &'a [Val]) -> Env<'a> {
         Env { graph, slots: &members[0], params, group: Some(members), per_member, member: None }
     }
 
@@ -153,7 +153,7 @@ impl<'a> Env<'a> {
             Expr::Param(p) => Ok(self.params.get(*p).cloned().unwrap_or(Val::Null)),
             Expr::Attr(name, of) => {
                 let i = self.node(of)?;
-                match self.graph.nodes[i].attrs.get(name) {
+                match self.graph.node(i).attrs.get(name) {
                     Some(v) => Val::from_json(v),
                     None => Ok(Val::Null),
                 }
@@ -203,7 +203,7 @@ impl<'a> Env<'a> {
         match e {
             Expr::Lit(v) => Ok(v),
             Expr::Attr(name, of) => match of.as_ref() {
-                Expr::Slot(s) => Ok(self.graph.nodes[self.slots[*s]].attrs.get(name).unwrap_or(&NULL)),
+                Expr::Slot(s) => Ok(self.graph.node(self.slots[*s]).attrs.get(name).unwrap_or(&NULL)),
                 _ => fail("not an attribute of a slot"),
             },
             _ => fail("not a literal or attribute"),
@@ -226,7 +226,7 @@ impl<'a> Env<'a> {
     }
 
     fn shape(&self, i: usize) -> Result<&[Dim], EvalError> {
-        let node = &self.graph.nodes[i];
+        let node = self.graph.node(i);
         node.shape.as_deref().ok_or_else(|| EvalError(format!("{} has no shape", node.label())))
     }
 
@@ -278,18 +278,18 @@ impl<'a> Env<'a> {
                 }
                 Ok(Val::Bool(true))
             }
-            Builtin::Op => Ok(Val::Str(g.nodes[self.node(&args[0])?].op.clone())),
-            Builtin::Dtype => Ok(g.nodes[self.node(&args[0])?].dtype.clone().map_or(Val::Null, Val::Str)),
+            Builtin::Op => Ok(Val::Str(g.node(self.node(&args[0])?).op.clone())),
+            Builtin::Dtype => Ok(g.node(self.node(&args[0])?).dtype.clone().map_or(Val::Null, Val::Str)),
             Builtin::HasFact => {
                 let i = self.node(&args[0])?;
                 let Val::Str(fact) = self.eval(&args[1])? else { return fail("has_fact() needs a fact name") };
-                let known = match g.nodes[i].extra.get("facts") {
+                let known = match g.node(i).extra.get("facts") {
                     Some(Value::Array(facts)) => facts.iter().any(|f| f.as_str() == Some(fact.as_str())),
                     _ => false,
                 };
                 Ok(Val::Bool(known))
             }
-            Builtin::InputCount => Ok(Val::Int(g.nodes[self.node(&args[0])?].inputs.len() as i64)),
+            Builtin::InputCount => Ok(Val::Int(g.node(self.node(&args[0])?).inputs.len() as i64)),
             Builtin::Len => match self.eval(&args[0])? {
                 Val::List(items) => Ok(Val::Int(items.len() as i64)),
                 other => fail(format!("len() of a {}", other.kind())),

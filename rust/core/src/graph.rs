@@ -63,6 +63,48 @@ pub type IdMap<V> = HashMap<NodeId, V, BuildHasherDefault<IdHasher>>;
 /// The `format` string a graph.json must carry.
 pub const GRAPH_FORMAT: &str = "rlx-graph";
 /// The graph.json `version` this crate reads and writes.
+/// Position by node id: a flat table when the ids are dense (as writers number them, 0..n), else a hash map.
+pub enum IdIndex {
+    Dense(Vec<u32>),
+    Sparse(IdMap<u32>),
+}
+
+impl IdIndex {
+    /// The index of `ids` (the id at position i maps to i), or the positions (first, second) of the first
+    /// id given twice, in the order of the second.
+    pub fn new(ids: impl Iterator<Item = NodeId> + Clone, n: usize) -> Result<IdIndex, (usize, usize)> {
+        let max = ids.clone().max().unwrap_or(0);
+        if max < (2 * n as u64).max(1024) && n < u32::MAX as usize {
+            let mut table = vec![u32::MAX; max as usize + 1];
+            for (i, id) in ids.enumerate() {
+                let slot = &mut table[id as usize];
+                if *slot != u32::MAX {
+                    return Err((*slot as usize, i));
+                }
+                *slot = i as u32;
+            }
+            Ok(IdIndex::Dense(table))
+        } else {
+            let mut map = IdMap::with_capacity_and_hasher(n, Default::default());
+            for (i, id) in ids.enumerate() {
+                if let Some(first) = map.insert(id, i as u32) {
+                    return Err((first as usize, i));
+                }
+            }
+            Ok(IdIndex::Sparse(map))
+        }
+    }
+
+    /// The position of the node with id `id`.
+    pub fn get(&self, id: NodeId) -> Option<usize> {
+        let p = match self {
+            IdIndex::Dense(table) => *table.get(usize::try_from(id).ok()?)?,
+            IdIndex::Sparse(map) => *map.get(&id)?,
+        };
+        (p != u32::MAX).then_some(p as usize)
+    }
+}
+
 pub const GRAPH_VERSION: u64 = 1;
 /// How many nodes a graph.json may hold by default (the `*_max` loaders take another limit).
 pub const DEFAULT_MAX_NODES: usize = 10_000_000;
@@ -316,23 +358,19 @@ impl Graph {
     }
 
     /// Map from node id to position in `nodes`; a `DuplicateId` error if two nodes share an id.
-    pub fn id_index(&self) -> Result<IdMap<usize>, GraphError> {
-        let mut index = IdMap::with_capacity_and_hasher(self.nodes.len(), Default::default());
-        for (i, node) in self.nodes.iter().enumerate() {
-            if let Some(first) = index.insert(node.id, i) {
-                let other = &self.nodes[first];
-                return Err(GraphError::new(
-                    GraphErrorKind::DuplicateId,
-                    format!(
-                        "{}: id {} is already used by the node at index {first} ({}) (field \"id\")",
-                        node.label(),
-                        node.id,
-                        other.label()
-                    ),
-                ));
-            }
-        }
-        Ok(index)
+    pub fn id_index(&self) -> Result<IdIndex, GraphError> {
+        IdIndex::new(self.nodes.iter().map(|n| n.id), self.nodes.len()).map_err(|(first, i)| {
+            let (node, other) = (&self.nodes[i], &self.nodes[first]);
+            GraphError::new(
+                GraphErrorKind::DuplicateId,
+                format!(
+                    "{}: id {} is already used by the node at index {first} ({}) (field \"id\")",
+                    node.label(),
+                    node.id,
+                    other.label()
+                ),
+            )
+        })
     }
 
     /// The node with this id (a linear scan; build [`Graph::id_index`] for many lookups).
@@ -362,31 +400,20 @@ impl Graph {
     /// Write the graph to `path` through a temporary file in the same folder, synced and renamed
     /// over `path`, so that `path` never holds a half-written graph.
     pub fn write_atomic(&self, path: &Path, pretty: bool) -> Result<(), GraphError> {
-        let text = if pretty {
-            self.to_json_string_pretty()
-        } else {
-            self.to_json_string()
-        };
-        write::write_atomic(path, text.as_bytes())
+        write::write_atomic(path, |out| write::write_to(self, pretty, out))
     }
 
     /// All checks of [`Graph::validate`]; also returns a topological order when the current one
     /// is not (`None`: already ordered).
     fn check(&self, registry: &Registry) -> Result<(Vec<Warning>, Option<Vec<usize>>), GraphError> {
-        self.check_nodes(registry, |_| true)
-    }
-
-    /// [`Graph::check`] with the per-node checks (fields, registry) only for the nodes `wanted`
-    /// selects; the structure (ids, inputs, acyclicity, outputs) is always checked in full.
-    fn check_nodes(&self, registry: &Registry, wanted: impl Fn(&Node) -> bool) -> Result<(Vec<Warning>, Option<Vec<usize>>), GraphError> {
         let index = self.id_index()?;
-        for node in self.nodes.iter().filter(|n| wanted(n)) {
+        for node in &self.nodes {
             check_node_fields(node)?;
         }
         let (positions, ordered) = self.input_positions(&index)?;
         let order = self.topo_order(&positions, ordered)?;
         self.check_outputs(&index)?;
-        let warnings = self.check_registry(registry, wanted)?;
+        let warnings = check_registry(self.nodes.iter(), registry)?;
         Ok((warnings, order))
     }
 
@@ -394,14 +421,14 @@ impl Graph {
     /// input comes before its consumer. A `DanglingInput` error for an input that is not a node.
     pub(crate) fn input_positions(
         &self,
-        index: &IdMap<usize>,
+        index: &IdIndex,
     ) -> Result<(Vec<usize>, bool), GraphError> {
         let mut positions = Vec::with_capacity(self.nodes.iter().map(|n| n.inputs.len()).sum());
         let mut ordered = true;
         for (i, node) in self.nodes.iter().enumerate() {
             for (k, input) in node.inputs.iter().enumerate() {
-                match index.get(input) {
-                    Some(&p) => {
+                match index.get(*input) {
+                    Some(p) => {
                         ordered &= p < i;
                         positions.push(p);
                     }
@@ -420,9 +447,9 @@ impl Graph {
         Ok((positions, ordered))
     }
 
-    fn check_outputs(&self, index: &IdMap<usize>) -> Result<(), GraphError> {
+    fn check_outputs(&self, index: &IdIndex) -> Result<(), GraphError> {
         for (k, out) in self.outputs.iter().enumerate() {
-            if !index.contains_key(out) {
+            if index.get(*out).is_none() {
                 return Err(GraphError::new(
                     GraphErrorKind::BadOutput,
                     format!("output {out} is not a node (field \"outputs\"[{k}])"),
@@ -430,120 +457,6 @@ impl Graph {
             }
         }
         Ok(())
-    }
-
-    /// Finish a graph that rules rewrote: sort it topologically and check its structure in full (ids,
-    /// inputs, acyclicity, outputs), but check only the `changed` nodes against the registry, since
-    /// every other node is unchanged since it was validated on loading.
-    pub fn finish_rewrite(&mut self, registry: &Registry, changed: &IdMap<()>) -> Result<(), GraphError> {
-        let (_, order) = self.check_nodes(registry, |n| changed.contains_key(&n.id))?;
-        if let Some(order) = order {
-            self.apply_order(&order);
-        }
-        Ok(())
-    }
-
-    /// Registry checks (arity, attribute types) of the nodes `wanted` selects.
-    fn check_registry(&self, registry: &Registry, wanted: impl Fn(&Node) -> bool) -> Result<Vec<Warning>, GraphError> {
-        let mut warnings = Vec::new();
-        // One warning per unknown op, and per unknown (op, attribute), at its first node.
-        let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
-        let mut unknown_attrs: HashMap<(&str, &str), ()> = HashMap::new();
-        for node in self.nodes.iter().filter(|n| wanted(n)) {
-            let Some(spec) = registry.get(&node.op) else {
-                match unknown_ops.get_mut(node.op.as_str()) {
-                    Some((_, count)) => *count += 1,
-                    None => {
-                        unknown_ops.insert(&node.op, (warnings.len(), 1));
-                        warnings.push(Warning {
-                            node: Some(node.id),
-                            message: format!(
-                                "{}: op {} is not in the op registry; loaded unchecked and matched by name",
-                                node.label(),
-                                quote(&node.op)
-                            ),
-                        });
-                    }
-                }
-                continue;
-            };
-            let n = node.inputs.len();
-            if !spec.arity.accepts(n) {
-                return Err(GraphError::new(
-                    GraphErrorKind::Arity,
-                    format!(
-                        "{}: op {} takes {}, found {n} (field \"inputs\")",
-                        node.label(),
-                        quote(&node.op),
-                        spec.arity
-                    ),
-                ));
-            }
-            for (attr, attr_spec) in &spec.attrs {
-                match node.attrs.get(attr) {
-                    Some(value) if !attr_spec.accepts(value) => {
-                        return Err(GraphError::new(
-                            GraphErrorKind::AttrType,
-                            format!(
-                                "{}: attribute {} of op {} must be {}, found {} (field \"attrs\".{})",
-                                node.label(),
-                                quote(attr),
-                                quote(&node.op),
-                                attr_spec.expected(),
-                                describe_value(value),
-                                quote(attr)
-                            ),
-                        ));
-                    }
-                    Some(_) => {}
-                    None if !attr_spec.optional => {
-                        return Err(GraphError::new(
-                            GraphErrorKind::AttrType,
-                            format!(
-                                "{}: op {} needs attribute {} ({}) (field \"attrs\".{})",
-                                node.label(),
-                                quote(&node.op),
-                                quote(attr),
-                                attr_spec.expected(),
-                                quote(attr)
-                            ),
-                        ));
-                    }
-                    None => {}
-                }
-            }
-            if node.attrs.len() > spec.attrs.len()
-                || node.attrs.keys().any(|k| !spec.attrs.contains_key(k))
-            {
-                for key in node.attrs.keys() {
-                    if !spec.attrs.contains_key(key)
-                        && unknown_attrs
-                            .insert((node.op.as_str(), key.as_str()), ())
-                            .is_none()
-                    {
-                        warnings.push(Warning {
-                            node: Some(node.id),
-                            message: format!(
-                                "{}: attribute {} is not in the op registry for op {}; kept (field \"attrs\".{})",
-                                node.label(),
-                                quote(key),
-                                quote(&node.op),
-                                quote(key)
-                            ),
-                        });
-                    }
-                }
-            }
-        }
-        // Say how many nodes carry each unknown op.
-        for &(w, count) in unknown_ops.values() {
-            if count > 1 {
-                warnings[w]
-                    .message
-                    .push_str(&format!(" ({count} nodes use it)"));
-            }
-        }
-        Ok(warnings)
     }
 
     /// A stable topological order (positions in `nodes`), or `None` if the nodes are already
@@ -652,10 +565,113 @@ impl Graph {
             .filter_map(|&i| slots.get_mut(i).and_then(Option::take))
             .collect();
     }
+/// Registry checks (arity, attribute types) of `nodes`.
+pub(crate) fn check_registry<'a>(nodes: impl Iterator<Item = &'a Node>, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
+    let mut warnings = Vec::new();
+    // One warning per unknown op, and per unknown (op, attribute), at its first node.
+    let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
+    let mut unknown_attrs: HashMap<(&str, &str), ()> = HashMap::new();
+    for node in nodes {
+        let Some(spec) = registry.get(&node.op) else {
+            match unknown_ops.get_mut(node.op.as_str()) {
+                Some((_, count)) => *count += 1,
+                None => {
+                    unknown_ops.insert(&node.op, (warnings.len(), 1));
+                    warnings.push(Warning {
+                        node: Some(node.id),
+                        message: format!(
+                            "{}: op {} is not in the op registry; loaded unchecked and matched by name",
+                            node.label(),
+                            quote(&node.op)
+                        ),
+                    });
+                }
+            }
+            continue;
+        };
+        let n = node.inputs.len();
+        if !spec.arity.accepts(n) {
+            return Err(GraphError::new(
+                GraphErrorKind::Arity,
+                format!(
+                    "{}: op {} takes {}, found {n} (field \"inputs\")",
+                    node.label(),
+                    quote(&node.op),
+                    spec.arity
+                ),
+            ));
+        }
+        for (attr, attr_spec) in &spec.attrs {
+            match node.attrs.get(attr) {
+                Some(value) if !attr_spec.accepts(value) => {
+                    return Err(GraphError::new(
+                        GraphErrorKind::AttrType,
+                        format!(
+                            "{}: attribute {} of op {} must be {}, found {} (field \"attrs\".{})",
+                            node.label(),
+                            quote(attr),
+                            quote(&node.op),
+                            attr_spec.expected(),
+                            describe_value(value),
+                            quote(attr)
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None if !attr_spec.optional => {
+                    return Err(GraphError::new(
+                        GraphErrorKind::AttrType,
+                        format!(
+                            "{}: op {} needs attribute {} ({}) (field \"attrs\".{})",
+                            node.label(),
+                            quote(&node.op),
+                            quote(attr),
+                            attr_spec.expected(),
+                            quote(attr)
+                        ),
+                    ));
+                }
+                None => {}
+            }
+        }
+        if node.attrs.len() > spec.attrs.len()
+            || node.attrs.keys().any(|k| !spec.attrs.contains_key(k))
+        {
+            for key in node.attrs.keys() {
+                if !spec.attrs.contains_key(key)
+                    && unknown_attrs
+                        .insert((node.op.as_str(), key.as_str()), ())
+                        .is_none()
+                {
+                    warnings.push(Warning {
+                        node: Some(node.id),
+                        message: format!(
+                            "{}: attribute {} is not in the op registry for op {}; kept (field \"attrs\".{})",
+                            node.label(),
+                            quote(key),
+                            quote(&node.op),
+                            quote(key)
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    // Say how many nodes carry each unknown op.
+    for &(w, count) in unknown_ops.values() {
+        if count > 1 {
+            warnings[w]
+                .message
+                .push_str(&format!(" ({count} nodes use it)"));
+        }
+    }
+    Ok(warnings)
+}
+
 }
 
 /// Checks of one node that need no other node: a non-empty op, valid dims.
-fn check_node_fields(node: &Node) -> Result<(), GraphError> {
+pub(crate) fn check_node_fields(node: &Node) -> Result<(), GraphError> {
     if node.op.is_empty() {
         return Err(GraphError::new(
             GraphErrorKind::Format,

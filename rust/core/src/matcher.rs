@@ -134,7 +134,7 @@ impl Matcher {
     /// Try `rule` with its root bound to arena node `root`. On success, `self.slots` holds the match.
     pub fn try_match(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> bool {
         self.start(rule, root);
-        if !rule.root_ops.iter().any(|op| *op == graph.nodes[root].op) {
+        if !rule.root_ops.iter().any(|op| op == graph.op(root)) {
             return false;
         }
         self.run(rule, graph, params, 0, &mut Strict)
@@ -152,13 +152,13 @@ impl Matcher {
         while let Some(instr) = rule.code.get(pc) {
             let structure_ok = match instr {
                 Instr::Op { slot, ops } => {
-                    let op = &graph.nodes[self.slots[*slot]].op;
+                    let op = graph.op(self.slots[*slot]);
                     ops.iter().any(|o| o == op)
                 }
-                Instr::Arity { slot, n } => graph.inputs[self.slots[*slot]].len() == *n,
+                Instr::Arity { slot, n } => graph.inputs(self.slots[*slot]).len() == *n,
                 Instr::Commute { slot, ops } => {
                     let node = self.slots[*slot];
-                    if graph.inputs[node].len() == 2 && ops.iter().any(|o| *o == graph.nodes[node].op) {
+                    if graph.inputs(node).len() == 2 && ops.iter().any(|o| o == graph.op(node)) {
                         let mark = observer.mark();
                         self.swapped[*slot] = false;
                         if self.run(rule, graph, params, pc + 1, observer) {
@@ -257,12 +257,9 @@ impl Matcher {
         }
         let shared: Vec<(usize, usize)> = group.shared.iter().map(|&s| (s, self.slots[s])).collect();
         let anchor = shared[0].1;
-        let mut candidates: Vec<usize> = graph.consumers[anchor]
-            .iter()
-            .copied()
-            .filter(|&c| rule.root_ops.iter().any(|op| *op == graph.nodes[c].op))
-            .collect();
-        candidates.sort_by_key(|&c| graph.order_key[c]);
+        let mut candidates: Vec<usize> =
+            graph.consumers(anchor).filter(|&c| rule.root_ops.iter().any(|op| op == graph.op(c))).collect();
+        candidates.sort_by_key(|&c| graph.order_key(c));
         candidates.dedup();
         let mut members = Vec::new();
         for c in candidates {
@@ -287,8 +284,8 @@ impl Matcher {
 
     /// Input `index` of the node in `slot`, after the operand swap chosen for it.
     fn input(&self, graph: &WorkGraph, slot: usize, index: usize) -> Option<usize> {
-        let inputs = &graph.inputs[self.slots[slot]];
-        let index = if self.swapped[slot] && inputs.len() == 2 && index < 2 { 1 - index } else { index };
-        inputs.get(index).copied()
+        let node = self.slots[slot];
+        let index = if self.swapped[slot] && graph.inputs(node).len() == 2 && index < 2 { 1 - index } else { index };
+        graph.input(node, index)
     }
 }

@@ -39,7 +39,7 @@ struct Planned {
 }
 
 /// Apply `rule`'s rewrite to the match `members`. Returns the arena indices of the replacing nodes.
-pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>], params: &[Val]) -> Result<Vec<usize>, Refusal> {
+pub fn apply_rewrite(graph: &mut WorkGraph<'_>, rule: &Rule, members: &[Vec<usize>], params: &[Val]) -> Result<Vec<usize>, Refusal> {
     let roots: Vec<usize> = members.iter().map(|m| m[0]).collect();
     let mut removed: Vec<usize> = roots.clone();
     for m in members {
@@ -62,7 +62,7 @@ pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>],
                 if removed.contains(&i) {
                     return Err(Refusal::Unsafe(format!(
                         "rewrite input {} would be removed by the same rewrite",
-                        graph.nodes[i].label()
+                        graph.node(i).label()
                     )));
                 }
             }
@@ -92,12 +92,12 @@ pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>],
         }
         let mut node = p.node;
         node.id = match p.replaces {
-            Some(k) => graph.nodes[roots[k]].id,
+            Some(k) => graph.node(roots[k]).id,
             None => graph.fresh_id(),
         };
-        node.inputs = inputs.iter().map(|&i| graph.nodes[i].id).collect();
-        let position = graph.order_key[roots[p.position_of]].0;
-        let i = graph.add(node, inputs, position);
+        node.inputs = inputs.iter().map(|&i| graph.node(i).id).collect();
+        let position = graph.order_key(roots[p.position_of]).0;
+        let i = graph.add(node, &inputs, position);
         if let Some(k) = p.replaces {
             replacing[k] = i;
         }
@@ -105,7 +105,7 @@ pub fn apply_rewrite(graph: &mut WorkGraph, rule: &Rule, members: &[Vec<usize>],
     }
     // What the removed nodes read may be left without a consumer (a kept mask or scale whose only user
     // was absorbed): collected now, removed below once nothing reads it.
-    let mut orphans: Vec<usize> = removed.iter().flat_map(|&r| graph.inputs[r].iter().copied()).collect();
+    let mut orphans: Vec<usize> = removed.iter().flat_map(|&r| graph.inputs(r).iter().map(|&j| j as usize)).collect();
     for &r in &removed {
         graph.remove(r);
     }
@@ -132,15 +132,15 @@ fn identical_node(graph: &WorkGraph, node: &Node, inputs: &[usize], removed: &[u
     if NONDETERMINISTIC.contains(&node.op.as_str()) {
         return None;
     }
-    let fewest = inputs.iter().map(|&i| &graph.consumers[i]).min_by_key(|c| c.len())?;
-    if fewest.len() > SHARE_SCAN_MAX {
+    let fewest = inputs.iter().copied().min_by_key(|&i| graph.consumer_count(i))?;
+    if graph.consumer_count(fewest) > SHARE_SCAN_MAX {
         return None;
     }
-    fewest.iter().copied().find(|&c| {
-        let n = &graph.nodes[c];
-        graph.alive[c]
-            && !removed.contains(&c)
-            && graph.inputs[c] == inputs
+    graph.consumers(fewest).find(|&c| {
+        let n = graph.node(c);
+        !removed.contains(&c)
+            && graph.inputs(c).len() == inputs.len()
+            && graph.inputs(c).iter().zip(inputs).all(|(&a, &b)| a as usize == b)
             && n.op == node.op
             && n.attrs == node.attrs
             && n.shape == node.shape
@@ -153,23 +153,23 @@ fn identical_node(graph: &WorkGraph, node: &Node, inputs: &[usize], removed: &[u
 /// were unused before the rewrite are not touched.
 fn remove_orphans(graph: &mut WorkGraph, orphans: &mut Vec<usize>) {
     while let Some(i) = orphans.pop() {
-        if graph.alive[i] && graph.consumers[i].is_empty() && !graph.is_output(i) && graph.nodes[i].op != "Input" {
-            orphans.extend(graph.inputs[i].iter().copied());
+        if graph.is_alive(i) && graph.consumer_count(i) == 0 && !graph.is_output(i) && graph.op(i) != "Input" {
+            orphans.extend(graph.inputs(i).iter().map(|&j| j as usize));
             graph.remove(i);
         }
     }
 }
 
 fn check_absorbable(graph: &WorkGraph, rule: &Rule, i: usize, slot: usize, removed: &[usize]) -> Result<(), Refusal> {
-    let label = || format!("{} ({})", graph.nodes[i].label(), rule.slot_names[slot]);
+    let label = || format!("{} ({})", graph.node(i).label(), rule.slot_names[slot]);
     if graph.is_output(i) {
         return Err(Refusal::Unsafe(format!("{} is a graph output", label())));
     }
-    if graph.nodes[i].op == "Input" {
+    if graph.op(i) == "Input" {
         return Err(Refusal::Unsafe(format!("{} is a graph Input", label())));
     }
-    if let Some(&c) = graph.consumers[i].iter().find(|c| !removed.contains(c)) {
-        return Err(Refusal::Unsafe(format!("{} is still used by {} outside the match", label(), graph.nodes[c].label())));
+    if let Some(c) = graph.consumers(i).find(|c| !removed.contains(c)) {
+        return Err(Refusal::Unsafe(format!("{} is still used by {} outside the match", label(), graph.node(c).label())));
     }
     Ok(())
 }
@@ -219,7 +219,7 @@ fn plan(graph: &WorkGraph, rule: &Rule, members: &[Vec<usize>], params: &[Val]) 
 }
 
 fn build_node(graph: &WorkGraph, new: &NewNode, env: &Env<'_>, root: usize) -> Result<Node, Refusal> {
-    let root_node = &graph.nodes[root];
+    let root_node = &graph.node(root);
     let mut attrs = Map::new();
     for (name, e) in &new.attrs {
         let v = env.eval(e).and_then(|v| v.to_json()).map_err(|err| Refusal::Eval(format!("{}.{name}: {}", new.name, err.0)))?;
@@ -264,9 +264,9 @@ fn refuse_cycles(graph: &WorkGraph, member_inputs: &[usize], roots: &[usize]) ->
             continue;
         }
         if roots.contains(&i) {
-            return Err(Refusal::Unsafe(format!("the rewrite would read {} through its own result (a cycle)", graph.nodes[i].label())));
+            return Err(Refusal::Unsafe(format!("the rewrite would read {} through its own result (a cycle)", graph.node(i).label())));
         }
-        stack.extend_from_slice(&graph.inputs[i]);
+        stack.extend(graph.inputs(i).iter().map(|&j| j as usize));
     }
     Ok(())
 }

@@ -1,113 +1,306 @@
-//! The mutable graph that rules run on: an arena of nodes with consumer lists and an index by op.
+//! The mutable graph that rules run on: flat arenas of nodes, input and consumer edges, and an index by op.
 //!
 //! Nodes are never moved: a removed node is marked dead, and a new node is appended. A node that
 //! replaces a matched root takes over the root's id, so consumers and graph outputs, which refer
-//! to ids, need no change; only the arena-index edges are redirected.
+//! to ids, need no change; only the arena-index edges are redirected. Every edit costs time in
+//! proportion to the edges it touches, never to the graph or to a node's consumer count: each input
+//! edge knows its place in its producer's consumer list, so removing a consumer is a swap.
+//! The loaded nodes may be borrowed (the graph is then copied only where it survives, at the end).
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
-use crate::graph::{Graph, IdMap, Node, NodeId};
+use crate::graph::{check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, IdIndex, Node, NodeId};
+use crate::registry::Registry;
 
-pub struct WorkGraph {
-    pub nodes: Vec<Node>,
-    pub alive: Vec<bool>,
-    /// Input edges as arena indices, parallel to `nodes[i].inputs`.
-    pub inputs: Vec<Vec<usize>>,
-    /// Consumer edges as arena indices; a node that uses x twice appears twice.
-    pub consumers: Vec<Vec<usize>>,
+/// Growable lists, one per node, in one flat buffer: a full list moves to the end with twice the room.
+#[derive(Default)]
+struct Lists {
+    data: Vec<(u32, u32)>,
+    start: Vec<u32>,
+    len: Vec<u32>,
+    cap: Vec<u32>,
+}
+
+impl Lists {
+    /// Lists of the given lengths, exactly sized.
+    fn with_lengths(lengths: &[u32]) -> Lists {
+        let total: usize = lengths.iter().map(|&l| l as usize).sum();
+        let mut start = Vec::with_capacity(lengths.len());
+        let mut at = 0u32;
+        for &l in lengths {
+            start.push(at);
+            at += l;
+        }
+        Lists { data: vec![(0, 0); total], start, len: vec![0; lengths.len()], cap: lengths.to_vec() }
+    }
+
+    fn get(&self, i: usize) -> &[(u32, u32)] {
+        let s = self.start[i] as usize;
+        &self.data[s..s + self.len[i] as usize]
+    }
+
+    fn add_list(&mut self) {
+        self.start.push(self.data.len() as u32);
+        self.len.push(0);
+        self.cap.push(0);
+    }
+
+    /// Append to list `i`; returns the item's position in it.
+    fn push(&mut self, i: usize, item: (u32, u32)) -> u32 {
+        let (len, cap) = (self.len[i], self.cap[i]);
+        if len == cap {
+            let new_cap = (cap * 2).max(2);
+            let old = self.start[i] as usize;
+            let new = self.data.len();
+            self.data.extend_from_within(old..old + len as usize);
+            self.data.resize(new + new_cap as usize, (0, 0));
+            self.start[i] = new as u32;
+            self.cap[i] = new_cap;
+        }
+        self.data[(self.start[i] + len) as usize] = item;
+        self.len[i] = len + 1;
+        len
+    }
+
+    /// Remove the item at `pos` of list `i` by moving the last one there; returns the moved item, if any.
+    fn swap_remove(&mut self, i: usize, pos: u32) -> Option<(u32, u32)> {
+        let s = self.start[i] as usize;
+        let last = self.len[i] - 1;
+        self.len[i] = last;
+        if pos == last {
+            return None;
+        }
+        let moved = self.data[s + last as usize];
+        self.data[s + pos as usize] = moved;
+        Some(moved)
+    }
+
+    /// Empty list `i`, returning what it held.
+    fn take(&mut self, i: usize) -> Vec<(u32, u32)> {
+        let items = self.get(i).to_vec();
+        self.len[i] = 0;
+        items
+    }
+}
+
+/// Op names interned while building: index by name, names by index, nodes by op.
+#[derive(Default)]
+struct OpTable {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+    by_op: Vec<Vec<u32>>,
+    /// The last op looked up: consecutive nodes often share it.
+    last: Option<u32>,
+}
+
+impl OpTable {
+    fn intern(&mut self, op: &str) -> u32 {
+        if let Some(k) = self.last.filter(|&k| self.names[k as usize] == op) {
+            return k;
+        }
+        let k = match self.index.get(op) {
+            Some(&k) => k,
+            None => {
+                let k = self.names.len() as u32;
+                self.index.insert(op.to_string(), k);
+                self.names.push(op.to_string());
+                self.by_op.push(Vec::new());
+                k
+            }
+        };
+        self.last = Some(k);
+        k
+    }
+}
+
+pub struct WorkGraph<'g> {
+    /// The loaded nodes (borrowed or owned), then the nodes rewrites added, by arena index.
+    base: Cow<'g, [Node]>,
+    added: Vec<Node>,
+    alive: Vec<bool>,
+    /// Input edges: node i reads `in_data[in_start[i]..in_start[i + 1]]` (arena indices), in input order.
+    in_start: Vec<u32>,
+    in_data: Vec<u32>,
+    /// For each input edge, its position in the producer's consumer list.
+    in_pos: Vec<u32>,
+    /// Consumer edges of each node: (consumer, input edge); a node that uses x twice appears twice.
+    consumers: Lists,
+    /// Per node, how many consumer entries repeat a consumer already listed (so `uses` is a subtraction).
+    repeated: Vec<u32>,
     /// How many times each node appears in the graph outputs.
-    pub output_count: Vec<u32>,
+    output_count: Vec<u32>,
     /// Sort key for the written order: (position of the original node it replaces, sequence).
-    pub order_key: Vec<(usize, u64)>,
-    pub by_op: HashMap<String, Vec<usize>>,
-    index_of: IdMap<usize>,
+    order_key: Vec<(u32, u32)>,
+    /// The op of each node, as an index into `op_names` (flat, so the matcher's op checks touch no node).
+    op_of: Vec<u32>,
+    op_names: Vec<String>,
+    op_index: HashMap<String, u32>,
+    /// Per op (by index), its nodes, live or dead, in arena order.
+    by_op: Vec<Vec<u32>>,
     next_id: NodeId,
-    sequence: u64,
+    sequence: u32,
     name: Option<String>,
     outputs: Vec<NodeId>,
     extra: serde_json::Map<String, serde_json::Value>,
     live: usize,
     /// Arena indices of the nodes that rewrites created.
-    created: Vec<usize>,
+    created: Vec<u32>,
 }
 
-impl WorkGraph {
-    /// Build from a loaded (hence valid and topologically ordered) graph.
-    pub fn new(graph: Graph) -> WorkGraph {
-        let n = graph.nodes.len();
-        let mut index_of = IdMap::with_capacity_and_hasher(n, Default::default());
-        for (i, node) in graph.nodes.iter().enumerate() {
-            index_of.insert(node.id, i);
-        }
-        let mut inputs = Vec::with_capacity(n);
-        let mut consumers = vec![Vec::new(); n];
-        let mut by_op: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, node) in graph.nodes.iter().enumerate() {
-            let ins: Vec<usize> = node.inputs.iter().map(|id| index_of[id]).collect();
-            for &j in &ins {
-                consumers[j].push(i);
-            }
-            inputs.push(ins);
-            // Look up by &str first: cloning the op name for every node was a measurable cost.
-            match by_op.get_mut(node.op.as_str()) {
-                Some(list) => list.push(i),
-                None => {
-                    by_op.insert(node.op.clone(), vec![i]);
+impl WorkGraph<'static> {
+    /// Build from a loaded (hence valid and topologically ordered) graph, taking its nodes.
+    pub fn new(graph: Graph) -> WorkGraph<'static> {
+        let Graph { name, nodes, outputs, extra } = graph;
+        WorkGraph::build(Cow::Owned(nodes), name, outputs, extra)
+    }
+}
+
+impl<'g> WorkGraph<'g> {
+    /// Build over a loaded graph without copying its nodes.
+    pub fn borrowed(graph: &'g Graph) -> WorkGraph<'g> {
+        WorkGraph::build(Cow::Borrowed(&graph.nodes), graph.name.clone(), graph.outputs.clone(), graph.extra.clone())
+    }
+
+    fn build(
+        base: Cow<'g, [Node]>,
+        name: Option<String>,
+        outputs: Vec<NodeId>,
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) -> WorkGraph<'g> {
+        let n = base.len();
+        // A loaded graph is validated: ids are unique and every input is a node.
+        let index = IdIndex::new(base.iter().map(|node| node.id), n).unwrap_or(IdIndex::Dense(Vec::new()));
+        let edges: usize = base.iter().map(|node| node.inputs.len()).sum();
+        let mut in_start = Vec::with_capacity(n + 1);
+        let mut in_data = Vec::with_capacity(edges);
+        let mut counts = vec![0u32; n];
+        let mut repeated = vec![0u32; n];
+        let mut ops = OpTable::default();
+        let mut op_of = Vec::with_capacity(n);
+        for (i, node) in base.iter().enumerate() {
+            in_start.push(in_data.len() as u32);
+            let first = in_data.len();
+            for id in &node.inputs {
+                let j = index.get(*id).unwrap_or(0) as u32;
+                if in_data[first..].contains(&j) {
+                    repeated[j as usize] += 1;
                 }
+                in_data.push(j);
+                counts[j as usize] += 1;
+            }
+            let op = ops.intern(&node.op);
+            ops.by_op[op as usize].push(i as u32);
+            op_of.push(op);
+        }
+        in_start.push(in_data.len() as u32);
+        let mut consumers = Lists::with_lengths(&counts);
+        let mut in_pos = vec![0u32; in_data.len()];
+        for i in 0..n {
+            for e in in_start[i]..in_start[i + 1] {
+                in_pos[e as usize] = consumers.push(in_data[e as usize] as usize, (i as u32, e));
             }
         }
         let mut output_count = vec![0u32; n];
-        for id in &graph.outputs {
-            output_count[index_of[id]] += 1;
+        for id in &outputs {
+            if let Some(i) = index.get(*id) {
+                output_count[i] += 1;
+            }
         }
-        let next_id = graph.nodes.iter().map(|n| n.id).max().map_or(0, |m| m + 1);
+        let next_id = base.iter().map(|node| node.id).max().map_or(0, |m| m + 1);
         WorkGraph {
             alive: vec![true; n],
-            order_key: (0..n).map(|i| (i, 0)).collect(),
-            nodes: graph.nodes,
-            inputs,
+            order_key: (0..n as u32).map(|i| (i, 0)).collect(),
+            base,
+            added: Vec::new(),
+            in_start,
+            in_data,
+            in_pos,
             consumers,
+            repeated,
             output_count,
-            by_op,
-            index_of,
+            op_of,
+            op_names: ops.names,
+            op_index: ops.index,
+            by_op: ops.by_op,
             next_id,
             sequence: 0,
-            name: graph.name,
-            outputs: graph.outputs,
-            extra: graph.extra,
+            name,
+            outputs,
+            extra,
             live: n,
             created: Vec::new(),
         }
+    }
+
+    /// Number of arena slots (live and dead).
+    pub fn len(&self) -> usize {
+        self.alive.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.alive.is_empty()
     }
 
     pub fn live_count(&self) -> usize {
         self.live
     }
 
-    pub fn index_of(&self, id: NodeId) -> Option<usize> {
-        self.index_of.get(&id).copied()
+    /// The node in arena slot `i` (live or dead).
+    pub fn node(&self, i: usize) -> &Node {
+        match i.checked_sub(self.base.len()) {
+            None => &self.base[i],
+            Some(k) => &self.added[k],
+        }
+    }
+
+    pub fn is_alive(&self, i: usize) -> bool {
+        self.alive[i]
+    }
+
+    /// The inputs of node `i`, as arena indices, in input order.
+    pub fn inputs(&self, i: usize) -> &[u32] {
+        &self.in_data[self.in_start[i] as usize..self.in_start[i + 1] as usize]
+    }
+
+    /// Input `k` of node `i`.
+    pub fn input(&self, i: usize, k: usize) -> Option<usize> {
+        self.inputs(i).get(k).map(|&j| j as usize)
+    }
+
+    /// The live consumers of node `i`, once per use, in no particular order.
+    pub fn consumers(&self, i: usize) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.consumers.get(i).iter().map(|&(c, _)| c as usize)
+    }
+
+    /// Number of consumer entries of node `i` (a node that uses it twice counts twice).
+    pub fn consumer_count(&self, i: usize) -> usize {
+        self.consumers.len[i] as usize
     }
 
     /// Number of distinct live consumer nodes (graph outputs do not count).
     pub fn uses(&self, i: usize) -> usize {
-        let c = &self.consumers[i];
-        if c.len() <= 16 {
-            // no allocation: a consumer counts once, at its first position
-            return c.iter().enumerate().filter(|&(k, x)| !c[..k].contains(x)).count();
-        }
-        let mut seen: Vec<usize> = c.clone();
-        seen.sort_unstable();
-        seen.dedup();
-        seen.len()
+        (self.consumers.len[i] - self.repeated[i]) as usize
     }
 
     pub fn is_output(&self, i: usize) -> bool {
         self.output_count[i] > 0
     }
 
-    /// Live nodes with op `op`, among the first `limit` entries of the index, in arena order.
-    pub fn candidates(&self, op: &str) -> &[usize] {
-        self.by_op.get(op).map_or(&[], Vec::as_slice)
+    /// The sort key of node `i` in the written order (position of the node it replaced, sequence).
+    pub fn order_key(&self, i: usize) -> (u32, u32) {
+        self.order_key[i]
+    }
+
+    /// The op of node `i`.
+    pub fn op(&self, i: usize) -> &str {
+        &self.op_names[self.op_of[i] as usize]
+    }
+
+    /// Nodes with op `op`, live or dead, in arena order.
+    pub fn candidates(&self, op: &str) -> &[u32] {
+        self.op_index.get(op).map_or(&[], |&k| self.by_op[k as usize].as_slice())
     }
 
     pub fn fresh_id(&mut self) -> NodeId {
@@ -123,64 +316,89 @@ impl WorkGraph {
         }
         self.alive[i] = false;
         self.live -= 1;
-        for k in 0..self.inputs[i].len() {
-            let j = self.inputs[i][k];
-            if let Some(pos) = self.consumers[j].iter().position(|&c| c == i) {
-                self.consumers[j].swap_remove(pos);
+        let (s, t) = (self.in_start[i] as usize, self.in_start[i + 1] as usize);
+        for e in s..t {
+            let j = self.in_data[e] as usize;
+            if self.in_data[s..e].contains(&(j as u32)) {
+                self.repeated[j] -= 1;
+            }
+            if let Some((_, moved)) = self.consumers.swap_remove(j, self.in_pos[e]) {
+                self.in_pos[moved as usize] = self.in_pos[e];
             }
         }
     }
 
     /// Append a node whose inputs are the live arena nodes `inputs`, ordered at `position`.
-    pub fn add(&mut self, node: Node, inputs: Vec<usize>, position: usize) -> usize {
-        let i = self.nodes.len();
-        for &j in &inputs {
-            self.consumers[j].push(i);
-        }
-        match self.by_op.get_mut(node.op.as_str()) {
-            Some(list) => list.push(i),
-            None => {
-                self.by_op.insert(node.op.clone(), vec![i]);
+    pub fn add(&mut self, node: Node, inputs: &[usize], position: u32) -> usize {
+        let i = self.alive.len();
+        self.consumers.add_list();
+        self.repeated.push(0);
+        for (k, &j) in inputs.iter().enumerate() {
+            if inputs[..k].contains(&j) {
+                self.repeated[j] += 1;
             }
+            let e = self.in_data.len() as u32;
+            self.in_data.push(j as u32);
+            self.in_pos.push(self.consumers.push(j, (i as u32, e)));
         }
+        self.in_start.push(self.in_data.len() as u32);
+        let op = match self.op_index.get(node.op.as_str()) {
+            Some(&k) => k,
+            None => {
+                let k = self.op_names.len() as u32;
+                self.op_index.insert(node.op.clone(), k);
+                self.op_names.push(node.op.clone());
+                self.by_op.push(Vec::new());
+                k
+            }
+        };
+        self.by_op[op as usize].push(i as u32);
+        self.op_of.push(op);
         self.sequence += 1;
         self.order_key.push((position, self.sequence));
-        self.index_of.insert(node.id, i);
-        self.nodes.push(node);
-        self.inputs.push(inputs);
-        self.consumers.push(Vec::new());
+        self.added.push(node);
         self.output_count.push(0);
         self.alive.push(true);
         self.live += 1;
-        self.created.push(i);
+        self.created.push(i as u32);
         i
     }
 
-    /// Ids of the live nodes that rewrites created (the only ones the registry has not checked).
-    pub fn created_ids(&self) -> IdMap<()> {
-        self.created.iter().filter(|&&i| self.alive[i]).map(|&i| (self.nodes[i].id, ())).collect()
+    /// Move the consumers and output uses of `old` (dead or about to die) onto `new`, which has the same id
+    /// and no consumers yet.
+    pub fn redirect(&mut self, old: usize, new: usize) {
+        debug_assert_eq!(self.consumers.len[new], 0);
+        for (c, e) in self.consumers.take(old) {
+            self.in_data[e as usize] = new as u32;
+            self.in_pos[e as usize] = self.consumers.push(new, (c, e));
+        }
+        self.repeated[new] += std::mem::take(&mut self.repeated[old]);
+        self.output_count[new] += std::mem::take(&mut self.output_count[old]);
     }
 
-    /// Move the consumers and output uses of `old` (dead or about to die) onto `new`, which has the same id.
-    pub fn redirect(&mut self, old: usize, new: usize) {
-        let consumers = std::mem::take(&mut self.consumers[old]);
-        for &c in &consumers {
-            for slot in self.inputs[c].iter_mut() {
-                if *slot == old {
-                    *slot = new;
-                }
+    /// Move the consumers and output uses of `old` (dead or about to die) onto `new`, an existing live node
+    /// with another id (a forwarding rewrite). The consumers' input ids are fixed in `into_graph`.
+    pub fn forward(&mut self, old: usize, new: usize) {
+        for (c, e) in self.consumers.take(old) {
+            if self.inputs(c as usize).contains(&(new as u32)) {
+                self.repeated[new] += 1;
             }
+            self.in_data[e as usize] = new as u32;
+            self.in_pos[e as usize] = self.consumers.push(new, (c, e));
         }
-        self.consumers[new].extend(consumers);
-        self.output_count[new] += std::mem::take(&mut self.output_count[old]);
-        self.index_of.insert(self.nodes[new].id, new);
+        self.repeated[old] = 0;
+        if self.output_count[old] > 0 {
+            self.output_count[new] += std::mem::take(&mut self.output_count[old]);
+            let (from, to) = (self.node(old).id, self.node(new).id);
+            self.outputs.iter_mut().filter(|o| **o == from).for_each(|o| *o = to);
+        }
     }
 
     /// Count live nodes per op (from the op index, which holds every node, live or dead).
     pub fn op_counts(&self) -> std::collections::BTreeMap<String, usize> {
         let mut counts = std::collections::BTreeMap::new();
-        for (op, list) in &self.by_op {
-            let n = list.iter().filter(|&&i| self.alive[i]).count();
+        for (op, list) in self.op_names.iter().zip(&self.by_op) {
+            let n = list.iter().filter(|&&i| self.alive[i as usize]).count();
             if n > 0 {
                 counts.insert(op.clone(), n);
             }
@@ -188,15 +406,129 @@ impl WorkGraph {
         counts
     }
 
-    /// The live nodes as a Graph, in (replaced position, sequence) order.
-    pub fn into_graph(self) -> Graph {
-        let WorkGraph { mut nodes, alive, order_key, name, outputs, extra, .. } = self;
-        let mut order: Vec<usize> = (0..nodes.len()).filter(|&i| alive[i]).collect();
-        // Keys are unique ((i, 0) for loaded nodes, a fresh sequence number for added ones), so an
-        // unstable sort gives the same order.
-        order.sort_unstable_by_key(|&i| order_key[i]);
-        // Move each live node out once (an empty Node left behind allocates nothing).
-        let nodes = order.into_iter().map(|i| std::mem::replace(&mut nodes[i], Node::new(0, String::new()))).collect();
-        Graph { name, nodes, outputs, extra }
+    /// The live nodes in written order: the loaded ones in their order, each added node after the one whose
+    /// position it took (by sequence).
+    fn written_order(&self) -> Vec<u32> {
+        let mut added: Vec<u32> = self.created.iter().copied().filter(|&i| self.alive[i as usize]).collect();
+        added.sort_unstable_by_key(|&i| self.order_key[i as usize]);
+        let mut order = Vec::with_capacity(self.live);
+        let mut next = added.iter().peekable();
+        for i in 0..self.base.len() {
+            while let Some(&&a) = next.peek().filter(|&&&a| self.order_key[a as usize].0 < i as u32) {
+                order.push(a);
+                next.next();
+            }
+            if self.alive[i] {
+                order.push(i as u32);
+            }
+        }
+        order.extend(next);
+        order
+    }
+
+    /// The live nodes as a checked Graph in topological order: the written order where it is one, else the
+    /// stable topological order closest to it. Only the nodes rewrites created are checked against the
+    /// registry (the others were checked on loading); the structure is checked in arena terms (every input
+    /// live, no cycle, every output a live node), with no id lookups.
+    pub fn into_graph(self, registry: &Registry) -> Result<Graph, GraphError> {
+        let mut order = self.written_order();
+        let mut position = vec![u32::MAX; self.alive.len()];
+        for (p, &i) in order.iter().enumerate() {
+            position[i as usize] = p as u32;
+        }
+        let mut ordered = true;
+        for &i in &order {
+            for &j in self.inputs(i as usize) {
+                let p = position[j as usize];
+                if p == u32::MAX {
+                    let node = self.node(i as usize);
+                    return Err(GraphError::new(
+                        GraphErrorKind::DanglingInput,
+                        format!("{}: input {} was removed by a rewrite (field \"inputs\")", node.label(), self.node(j as usize).id),
+                    ));
+                }
+                ordered &= p < position[i as usize];
+            }
+        }
+        if !ordered {
+            order = self.topological(&order, &position)?;
+        }
+        let live_outputs: usize = order.iter().map(|&i| self.output_count[i as usize] as usize).sum();
+        if live_outputs != self.outputs.len() {
+            return Err(GraphError::new(GraphErrorKind::BadOutput, "a graph output was removed by a rewrite"));
+        }
+        let created = || self.created.iter().filter(|&&i| self.alive[i as usize]).map(|&i| self.node(i as usize));
+        for node in created() {
+            check_node_fields(node)?;
+        }
+        check_registry(created(), registry)?;
+        // Nodes whose inputs a forwarding rewrite moved to another id: their id lists, by written position.
+        let forwarded: Vec<(usize, Vec<NodeId>)> = order
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| {
+                let ids = &self.node(i as usize).inputs;
+                self.inputs(i as usize).iter().zip(ids).any(|(&j, &id)| self.node(j as usize).id != id)
+            })
+            .map(|(p, &i)| (p, self.inputs(i as usize).iter().map(|&j| self.node(j as usize).id).collect()))
+            .collect();
+        let WorkGraph { base, mut added, name, outputs, extra, .. } = self;
+        let n_base = base.len();
+        let nodes = match base {
+            Cow::Borrowed(nodes) => order
+                .iter()
+                .map(|&i| match (i as usize).checked_sub(n_base) {
+                    None => nodes[i as usize].clone(),
+                    Some(k) => std::mem::replace(&mut added[k], Node::new(0, String::new())),
+                })
+                .collect(),
+            Cow::Owned(mut nodes) => order
+                .iter()
+                .map(|&i| {
+                    let slot = match (i as usize).checked_sub(n_base) {
+                        None => &mut nodes[i as usize],
+                        Some(k) => &mut added[k],
+                    };
+                    // Move each live node out once (an empty Node left behind allocates nothing).
+                    std::mem::replace(slot, Node::new(0, String::new()))
+                })
+                .collect(),
+        };
+        let mut nodes: Vec<Node> = nodes;
+        for (p, ids) in forwarded {
+            nodes[p].inputs = ids;
+        }
+        Ok(Graph { name, nodes, outputs, extra })
+    }
+
+    /// Kahn's algorithm over the live nodes, always taking the ready node earliest in `order`.
+    fn topological(&self, order: &[u32], position: &[u32]) -> Result<Vec<u32>, GraphError> {
+        let mut pending: Vec<u32> = vec![0; self.alive.len()];
+        let mut ready = BinaryHeap::new();
+        for &i in order {
+            pending[i as usize] = self.inputs(i as usize).len() as u32;
+            if pending[i as usize] == 0 {
+                ready.push(Reverse(position[i as usize]));
+            }
+        }
+        let mut sorted = Vec::with_capacity(order.len());
+        while let Some(Reverse(p)) = ready.pop() {
+            let i = order[p as usize];
+            sorted.push(i);
+            for c in self.consumers(i as usize) {
+                pending[c] -= 1;
+                if pending[c] == 0 {
+                    ready.push(Reverse(position[c]));
+                }
+            }
+        }
+        if sorted.len() != order.len() {
+            let stuck = order.iter().find(|&&i| pending[i as usize] > 0).map_or(0, |&i| i as usize);
+            return Err(GraphError::new(
+                GraphErrorKind::Cycle,
+                format!("{} is on a cycle made by a rewrite (field \"inputs\")", self.node(stuck).label()),
+            ));
+        }
+        Ok(sorted)
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyString};
 
-use rlx_rules_core::apply::{apply, time_budget_from_secs, ApplyOptions, Report};
+use rlx_rules_core::apply::{apply_borrowed, time_budget_from_secs, ApplyOptions, Report};
 use rlx_rules_core::explain::ExplainOptions;
 use rlx_rules_core::graph::{Graph, DEFAULT_MAX_NODES};
 use rlx_rules_core::program::Program;
@@ -169,7 +169,7 @@ impl PyProgram {
             explain,
         };
         let result = py.detach(|| {
-            apply(graph.inner.clone(), &self.inner, &params, Registry::builtin(), &options)
+            apply_borrowed(&graph.inner, &self.inner, &params, Registry::builtin(), &options)
                 .map(|(g, report)| (g, serde_json::to_string(&report).map_err(|e| e.to_string()), report))
         });
         let (out, report_json, report) = result.map_err(core_err)?;

@@ -113,72 +113,67 @@ impl Formatter for Spaced {
     }
 }
 
-fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T, spaced: bool) {
-    // Writing JSON values into memory cannot fail (keys are strings, numbers are finite).
+fn put<W: Write + ?Sized, T: Serialize + ?Sized>(out: &mut W, value: &T, spaced: bool) -> io::Result<()> {
     let result = if spaced {
-        value.serialize(&mut serde_json::Serializer::with_formatter(
-            &mut *out, Spaced,
-        ))
+        value.serialize(&mut serde_json::Serializer::with_formatter(&mut *out, Spaced))
     } else {
-        value.serialize(&mut serde_json::Serializer::with_formatter(
-            &mut *out,
-            CompactFormatter,
-        ))
+        value.serialize(&mut serde_json::Serializer::with_formatter(&mut *out, CompactFormatter))
     };
-    debug_assert!(result.is_ok());
+    // Keys are strings and numbers finite, so only the writer can fail.
+    result.map_err(io::Error::from)
 }
 
+/// The graph as graph.json text.
 pub(super) fn to_string(g: &Graph, pretty: bool) -> String {
     let mut out = Vec::with_capacity(64 + g.nodes.len() * 160);
-    if !pretty {
-        put(&mut out, g, false);
-    } else {
-        out.extend_from_slice(b"{\n  \"format\": ");
-        put(&mut out, GRAPH_FORMAT, true);
-        out.extend_from_slice(format!(",\n  \"version\": {GRAPH_VERSION}").as_bytes());
-        if let Some(name) = &g.name {
-            out.extend_from_slice(b",\n  \"name\": ");
-            put(&mut out, name, true);
-        }
-        out.extend_from_slice(b",\n  \"nodes\": [");
-        let order = write_order(g);
-        let mut write_node = |k: usize, node: &Node| {
-            out.extend_from_slice(if k == 0 { b"\n    " } else { b",\n    " });
-            put(&mut out, node, true);
-        };
-        match &order {
-            Some(order) => order
-                .iter()
-                .enumerate()
-                .for_each(|(k, &i)| write_node(k, &g.nodes[i])),
-            None => g
-                .nodes
-                .iter()
-                .enumerate()
-                .for_each(|(k, n)| write_node(k, n)),
-        }
-        out.extend_from_slice(if g.nodes.is_empty() { b"]" } else { b"\n  ]" });
-        out.extend_from_slice(b",\n  \"outputs\": ");
-        put(&mut out, &g.outputs, true);
-        for (k, v) in &g.extra {
-            if !GRAPH_FIELDS.contains(&k.as_str()) {
-                out.extend_from_slice(b",\n  ");
-                put(&mut out, k, true);
-                out.extend_from_slice(b": ");
-                put(&mut out, v, true);
-            }
-        }
-        out.extend_from_slice(b"\n}\n");
-    }
+    // Writing into memory cannot fail.
+    let _ = write_to(g, pretty, &mut out);
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Write the graph as graph.json to `out`, node by node (compact, or one node per line).
+pub(super) fn write_to<W: Write + ?Sized>(g: &Graph, pretty: bool, out: &mut W) -> io::Result<()> {
+    if !pretty {
+        return put(out, g, false);
+    }
+    out.write_all(b"{\n  \"format\": ")?;
+    put(out, GRAPH_FORMAT, true)?;
+    out.write_all(format!(",\n  \"version\": {GRAPH_VERSION}").as_bytes())?;
+    if let Some(name) = &g.name {
+        out.write_all(b",\n  \"name\": ")?;
+        put(out, name, true)?;
+    }
+    out.write_all(b",\n  \"nodes\": [")?;
+    let order = write_order(g);
+    let nodes: Box<dyn Iterator<Item = &Node>> = match &order {
+        Some(order) => Box::new(order.iter().map(|&i| &g.nodes[i])),
+        None => Box::new(g.nodes.iter()),
+    };
+    for (k, node) in nodes.enumerate() {
+        out.write_all(if k == 0 { b"\n    " } else { b",\n    " })?;
+        put(out, node, true)?;
+    }
+    out.write_all(if g.nodes.is_empty() { b"]" } else { b"\n  ]" })?;
+    out.write_all(b",\n  \"outputs\": ")?;
+    put(out, &g.outputs, true)?;
+    for (k, v) in &g.extra {
+        if !GRAPH_FIELDS.contains(&k.as_str()) {
+            out.write_all(b",\n  ")?;
+            put(out, k, true)?;
+            out.write_all(b": ")?;
+            put(out, v, true)?;
+        }
+    }
+    out.write_all(b"\n}\n")
 }
 
 fn io_error(message: String) -> GraphError {
     GraphError::new(GraphErrorKind::Io, message)
 }
 
-/// Write `bytes` to `path` through a synced temporary file in the same folder, renamed over `path`.
-pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GraphError> {
+/// Write to `path` what `write` writes, through a synced temporary file in the same folder, renamed over
+/// `path`; the text streams to the file (buffered), it is never held whole in memory.
+pub(super) fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(), GraphError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let file_name = path
         .file_name()
@@ -197,11 +192,13 @@ pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GraphError> 
     let tmp = dir.join(tmp_name);
 
     let written = (|| -> io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)?;
-        file.write_all(bytes)?;
+        let mut buffered = io::BufWriter::with_capacity(1 << 16, file);
+        write(&mut buffered)?;
+        let file = buffered.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.sync_all()
     })();
     if let Err(e) = written {
