@@ -404,12 +404,14 @@ def _termination(phase, members: list[RuleScope], line, registry) -> list[Diagno
     roots = {s.rule.name: s for s in members if s.roots and s.rewrite is not None}
 
     def shrinks(s: RuleScope) -> bool:
-        created = len(s.rewrite.items)
+        created = sum(1 for item in s.rewrite.items if not isinstance(item.node, ast.Forward))
         return created < 1 + len(absorbed(s))
 
     # each rule's pattern, and what each rule puts in place of its roots, built once for all pairs
     patterns = {name: pattern_tree(s, registry, "b") for name, s in roots.items()}
-    results = {name: [rewrite_tree(s, item, registry, "a") for item in s.rewrite.items if item.replaces]
+    # a forwarding rewrite puts an existing node in place of its root, and removes the root: it creates nothing
+    results = {name: [rewrite_tree(s, item, registry, "a") for item in s.rewrite.items
+                      if item.replaces and not isinstance(item.node, ast.Forward)]
                for name, s in roots.items()}
 
     def feeds(a: str, b: str) -> bool:

@@ -194,12 +194,26 @@ class NewNode:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """`root => x` or `root => if c then x else y`: the root's uses read an existing binding instead.
+
+    `cases` are tried in order: (condition, binding name, loc); the last one has no condition."""
+
+    cases: tuple[tuple[Optional[Expr], str, Loc], ...]
+    loc: Loc
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(name for _, name, _ in self.cases)
+
+
+@dataclass(frozen=True)
 class RewriteItem:
     """`name = NewNode` (a new helper node), `root => NewNode` (replaces a matched root), or
     `each group => NewNode` (one new node per group member, each replacing its member)."""
 
     name: str
-    node: NewNode
+    node: Union[NewNode, Forward]
     replaces: bool
     loc: Loc
     each: bool = False

@@ -217,13 +217,32 @@ class Checker(ExprTyper, PatternChecker):
                 uses[item.name] = uses.get(item.name, 0) + 1
             elif item.name in scope.slots or item.name in made or item.name in scope.lets:
                 self.error(item.loc, f"rewrite node {item.name!r} reuses a name already in scope")
-            self._check_new_node(item, scope, names, uses, made)
+            if isinstance(item.node, ast.Forward):
+                self._check_forward(item, scope, names, uses)
+            else:
+                self._check_new_node(item, scope, names, uses, made)
             if not item.replaces:
                 made[item.name] = item
         if not scope.roots:
             self.error(rewrite.loc, "rewrite replaces nothing: write 'root => Op(...)'")
         elif len(scope.roots) > 1:
             self.error(rewrite.loc, "a rewrite replaces one root; several roots are not supported yet")
+
+    def _check_forward(self, item: ast.RewriteItem, scope: RuleScope, names: dict[str, Type],
+                       uses: dict[str, int]) -> None:
+        """`root => x` / `root => if c then x else y`: each target is a binding other than the root."""
+        for cond, name, loc in item.node.cases:
+            if cond is not None:
+                self._count_names(cond, uses)
+                self._check_member_use(cond, scope, "a forwarding rewrite")
+                self._expect(self.type_of(cond, names), BOOL, cond.loc, "'if'")
+            uses[name] = uses.get(name, 0) + 1
+            if name == "_":
+                self.error(loc, "a rewrite cannot forward to '_'")
+            elif name not in scope.slots:
+                self.error(loc, f"rewrite forwards to {name!r}, which is not bound by the pattern{suggest(name, scope.slots)}")
+            elif name == item.name:
+                self.error(loc, f"rewrite forwards {name!r} to itself")
 
     def _check_new_node(self, item: ast.RewriteItem, scope: RuleScope, names: dict[str, Type],
                         uses: dict[str, int], made: dict[str, ast.RewriteItem]) -> None:

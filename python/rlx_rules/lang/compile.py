@@ -114,9 +114,7 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
                 expand(child)
 
     expand(root)
-    op_slots = sorted(index[n] for n, s in scope.slots.items() if s.pattern is not None)
-    if len(op_slots) > 1:
-        structure.append({"i": "distinct", "slots": op_slots})
+    # Bindings may denote the same node (aliasing); `where distinct(a, b)` says when they may not.
 
     expr = _ExprCompiler(index, scope.lets, params)
     guards: list[tuple[set[int], dict]] = []
@@ -148,8 +146,13 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
 
     made: dict[str, int] = {}
     new_nodes = []
+    forward = []
     for k, item in enumerate(scope.rewrite.items):
         node = item.node
+        if isinstance(node, ast.Forward):
+            forward = [{"when": expr(cond) if cond is not None else None, "slot": index[name]}
+                       for cond, name, _ in node.cases]
+            continue
         inputs = [{"new": made[n]} if n in made else {"spread": index[n]} if spread else {"slot": index[n]}
                   for n, _, spread in node.inputs]
         new_nodes.append({
@@ -173,7 +176,7 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
     examples = [{"path": os.path.join(os.path.dirname(ex.loc.file), ex.path), "fires": ex.fires,
                  "params": {name: literal_value(v) for name, v in ex.params}, "loc": str(ex.loc)}
                 for ex in rule.expects]
-    return {
+    compiled = {
         "name": rule.name,
         "loc": str(rule.loc),
         "examples": [dict(e, path=os.path.abspath(e["path"])) for e in examples],
@@ -188,6 +191,9 @@ def compile_rule(scope: RuleScope, registry: Registry, params: set[str], sources
         "group": group,
         "group_guards": group_guards,
     }
+    if forward:
+        compiled["forward"] = forward  # `root => x`: no new node; the root's uses read a binding
+    return compiled
 
 
 def _constraint_text(c: ast.Constraint, sources: _Sources) -> str:

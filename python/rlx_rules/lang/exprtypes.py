@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import json
 import math
+from importlib import resources
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -46,41 +48,20 @@ def param_type(name: str) -> Type:
     return Type(name)
 
 
-# (argument kinds, result) of the built-in functions; "node" arguments must name bindings.
-BUILTINS: dict[str, tuple[tuple[str, ...], bool, Type]] = {
-    # name: (argument kinds, variadic last, result)
-    "uses": (("node",), False, INT),
-    "is_output": (("node",), True, BOOL),
-    "rank": (("node",), False, INT),
-    "dim": (("node", "int"), False, DIM),
-    "shape": (("node",), False, LIST),
-    "numel": (("node",), False, INT),
-    "is_static": (("value",), True, BOOL),
-    "op": (("node",), False, STR),
-    "dtype": (("node",), False, Type("str", nullable=True)),
-    "input_count": (("node",), False, INT),
-    "len": (("list",), False, INT),
-    "replace_dim": (("list", "int", "int"), False, LIST),
-    # aggregates over the members of a group (see docs/language.md, "Groups")
-    "count": (("group",), False, INT),
-    "all": (("bool",), False, BOOL),
-    "any": (("bool",), False, BOOL),
-    "sum": (("num",), False, INT),
-    "first": (("value",), False, ANY),
-    "prefix_sum": (("num",), False, INT),
-    "min": (("num", "num"), False, INT),
-    "max": (("num", "num"), False, INT),
-    "abs": (("num",), False, INT),
-    "sqrt": (("num",), False, FLOAT),
-    "has_fact": (("node", "fact"), False, BOOL),
-}
-
-# What has_fact() can ask of a node: facts about a constant's values, which the graph's producer (the ONNX
-# importer, rlx_rules.facts) records in the node's "facts" list. See docs/graph-format.md, "Value facts".
-FACTS = ("halves_equal", "causal_keep", "causal_bias")
+def _load_builtins() -> tuple[dict[str, tuple[tuple[str, ...], bool, Type]], tuple[str, ...], frozenset[str]]:
+    """The builtin table from data/builtins.json, the one the Rust program loader embeds (docs/program.md)."""
+    table = json.loads(resources.files("rlx_rules").joinpath("data/builtins.json").read_text(encoding="utf-8"))
+    functions = {name: (tuple(f["args"]), bool(f.get("variadic", False)), Type(f["result"], bool(f.get("nullable", False))))
+                 for name, f in table["functions"].items()}
+    aggregates = frozenset(name for name, f in table["functions"].items() if f.get("aggregate", False))
+    return functions, tuple(table.get("facts", ())), aggregates
 
 
-AGGREGATES = {"count", "all", "any", "sum", "first", "prefix_sum"}
+# name: (argument kinds, variadic last, result); "node" arguments must name bindings. What has_fact() can ask
+# of a node: facts about a constant's values, which the graph's producer (the ONNX importer, rlx_rules.facts)
+# records in the node's "facts" list (docs/graph-format.md, "Value facts"). Aggregates run over a group's
+# members (docs/language.md, "Groups").
+BUILTINS, FACTS, AGGREGATES = _load_builtins()
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:

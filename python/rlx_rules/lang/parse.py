@@ -117,6 +117,16 @@ class _ToAst(Transformer):
     def get_attr(self, meta, children):
         return ast.GetAttr(children[0], str(children[1]), self._loc(meta))
 
+    @v_args(meta=True)
+    def index(self, meta, children):
+        return ast.Call("index", (children[0], children[1]), self._loc(meta))
+
+    @v_args(meta=True)
+    def slice(self, meta, children):
+        loc = self._loc(meta)
+        bounds = tuple(ast.Lit(None, loc) if b is None else b for b in children[1:])
+        return ast.Call("slice", (children[0], *bounds), loc)
+
     def _bin(op):  # noqa: N805 - a small factory used at class creation time
         @v_args(meta=True)
         def build(self, meta, children):
@@ -256,6 +266,20 @@ class _ToAst(Transformer):
     def rewrite_one(self, meta, children):
         item = ast.RewriteItem(str(children[0]), children[1], True, self._loc(children[0]))
         return ast.Rewrite((item,), self._loc(meta))
+
+    @v_args(meta=True)
+    def rewrite_forward(self, meta, children):
+        item = ast.RewriteItem(str(children[0]), children[1], True, self._loc(children[0]))
+        return ast.Rewrite((item,), self._loc(meta))
+
+    @v_args(meta=True)
+    def forward_to(self, meta, children):
+        return ast.Forward(((None, str(children[0]), self._loc(children[0])),), self._loc(meta))
+
+    @v_args(meta=True)
+    def forward_if(self, meta, children):
+        cond, name, rest = children
+        return ast.Forward(((cond, str(name), self._loc(name)), *rest.cases), self._loc(meta))
 
     @v_args(meta=True)
     def rewrite_let(self, meta, children):

@@ -55,10 +55,17 @@ def pattern_children(scope: RuleScope) -> dict[str, list[str]]:
             for name, s in scope.slots.items() if s.pattern is not None}
 
 
+def rewrite_reads(item: ast.RewriteItem) -> list[str]:
+    """The names a rewrite item reads: a new node's inputs, or a forward's targets."""
+    if isinstance(item.node, ast.Forward):
+        return list(item.node.targets)
+    return [n for n, _, _ in item.node.inputs]
+
+
 def absorbed(scope: RuleScope) -> set[str]:
     """The op bindings a rewrite removes: all but the roots, the bindings it names or keeps, and what those read."""
     children = pattern_children(scope)
-    kept = {n for item in scope.rewrite.items for n, _, _ in item.node.inputs if n in scope.slots}
+    kept = {n for item in scope.rewrite.items for n in rewrite_reads(item) if n in scope.slots}
     kept |= {n for keep in scope.rule.keeps for n, _ in keep.names}
     closure: set[str] = set()
     stack = list(kept)
