@@ -60,9 +60,6 @@ impl Hasher for IdHasher {
 /// A map keyed by node id (or index), with [`IdHasher`].
 pub type IdMap<V> = HashMap<NodeId, V, BuildHasherDefault<IdHasher>>;
 
-/// The `format` string a graph.json must carry.
-pub const GRAPH_FORMAT: &str = "rlx-graph";
-/// The graph.json `version` this crate reads and writes.
 /// Position by node id: a flat table when the ids are dense (as writers number them, 0..n), else a hash map.
 pub enum IdIndex {
     Dense(Vec<u32>),
@@ -105,6 +102,9 @@ impl IdIndex {
     }
 }
 
+/// The `format` string a graph.json must carry.
+pub const GRAPH_FORMAT: &str = "rlx-graph";
+/// The graph.json `version` this crate reads and writes.
 pub const GRAPH_VERSION: u64 = 1;
 /// How many nodes a graph.json may hold by default (the `*_max` loaders take another limit).
 pub const DEFAULT_MAX_NODES: usize = 10_000_000;
@@ -565,6 +565,8 @@ impl Graph {
             .filter_map(|&i| slots.get_mut(i).and_then(Option::take))
             .collect();
     }
+}
+
 /// Registry checks (arity, attribute types) of `nodes`.
 pub(crate) fn check_registry<'a>(nodes: impl Iterator<Item = &'a Node>, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
     let mut warnings = Vec::new();
@@ -666,8 +668,6 @@ pub(crate) fn check_registry<'a>(nodes: impl Iterator<Item = &'a Node>, registry
         }
     }
     Ok(warnings)
-}
-
 }
 
 /// Checks of one node that need no other node: a non-empty op, valid dims.
