@@ -26,12 +26,25 @@ def is_graph_json(path: str) -> bool:
     return f'"{GRAPH_FORMAT}"'.encode() in head
 
 
+def input_shape(text: str) -> tuple[str, list[int]]:
+    """NAME=D0,D1,... -> (NAME, [D0, D1, ...]) for --input-shape."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(d < 0 or d > 2**62 for d in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... with dims >= 0, got {text!r}")
+    return name, shape
+
+
 def run(args: argparse.Namespace) -> int:
     src = args.model
     try:
         if src.endswith(".onnx") or args.format == "onnx":
             from ..onnx.importer import import_onnx
-            graph = import_onnx(src, args.output, weights_path=args.weights, inline_max_elements=args.inline_max)
+            graph = import_onnx(src, args.output, weights_path=args.weights, inline_max_elements=args.inline_max,
+                                input_shapes=dict(args.input_shape or []))
         else:
             if is_graph_json(src):
                 return fail(f"{src} is already a graph.json (format \"{GRAPH_FORMAT}\")", ExitCode.USAGE)
@@ -60,6 +73,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--weights", help="weights .npz (default: beside the output, NAME.weights.npz)")
     p.add_argument("--inline-max", type=int, default=16, metavar="N",
                    help="constants with at most N elements stay inline in the graph (default 16)")
+    p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
+                   help="pin an ONNX input to a static shape (repeatable), e.g. input_ids=1,16")
     p.add_argument("--format", choices=["onnx", "rlx-json"], help="input format (default: from the file name)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(run=run)

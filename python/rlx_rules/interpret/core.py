@@ -11,7 +11,7 @@ from ..errors import GraphError
 from ..graph import Graph, Node, load_graph
 from .numerics import INT, check_dtype
 from . import ops_basic, ops_conv, ops_fused, ops_shape  # noqa: F401 - register their ops
-from .optable import OPS, UnsupportedOpError
+from .optable import MAX_ELEMENTS, OPS, UnsupportedOpError, check_elements
 from .weights import load_weights
 
 
@@ -43,12 +43,13 @@ class Interpreter:
     """Runs one graph; ``values`` holds every node's value after :meth:`run`, ``kernel_nodes`` the ids of the
     nodes that ran through the Rust kernels (backend ``"kernels"``)."""
 
-    def __init__(self, graph, *, backend: str = "numpy", check_shapes: bool = True):
+    def __init__(self, graph, *, backend: str = "numpy", check_shapes: bool = True, max_elements: int = MAX_ELEMENTS):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.graph = load_graph(graph)
         self.backend = backend
         self.check_shapes = check_shapes
+        self.max_elements = max_elements
         self.values: dict[int, np.ndarray] = {}
         self.kernel_nodes: list[int] = []
         self.dims: dict[str, int] = {}
@@ -79,6 +80,9 @@ class Interpreter:
             raise UnsupportedOpError(f"{node_label(node)}: the reference interpreter has no semantics for op "
                                      f"{node.op!r}")
         args = [self.values[i] for i in node.inputs]
+        declared = self._static_shape(node)
+        if declared is not None:
+            check_elements(self, node, declared)
         try:
             value = np.asarray(fn(self, node, args))
         except (GraphError, UnsupportedOpError):
@@ -113,6 +117,7 @@ class Interpreter:
             value = np.asarray(node.attrs["value"], dtype=np.float64)
             shape = self._static_shape(node)
             if value.ndim == 0 and shape is not None:
+                check_elements(self, node, shape)
                 value = np.full(shape, float(value))
             return self._accept(node, value, 'attribute "value"')
         if node.name is not None and node.name in params:
@@ -171,15 +176,16 @@ class Interpreter:
 
 
 def run(graph, inputs: Mapping[str, object], params: Optional[Mapping[str, object]] = None, *,
-        backend: str = "numpy") -> list[np.ndarray]:
+        backend: str = "numpy", max_elements: int = MAX_ELEMENTS) -> list[np.ndarray]:
     """Executes `graph` (a Graph, a path, a JSON string or a dict) and returns its outputs as float64 arrays.
 
     Input nodes are looked up by name in `inputs`; Param and Constant nodes (without an inline ``value``) in
     `params`, or, when `params` is None, in the .npz that the graph's ``"weights"`` field names. ``backend=
     "kernels"`` runs FusedAttentionBlock, FusedTransformerLayer's attention and eligible Attention nodes
     through the Rust kernels (float32); everything else runs in numpy float64. Raises GraphError naming the
-    node for a missing value, a wrong shape or dtype, or an op without semantics (UnsupportedOpError)."""
-    return Interpreter(graph, backend=backend).run(inputs, params)
+    node for a missing value, a wrong shape or dtype, an op without semantics (UnsupportedOpError), or a value
+    over `max_elements` elements (checked before allocating it)."""
+    return Interpreter(graph, backend=backend, max_elements=max_elements).run(inputs, params)
 
 
 def random_values(graph: Union[Graph, str, dict], seed: int = 0, scale: float = 0.1) -> tuple[dict, dict]:

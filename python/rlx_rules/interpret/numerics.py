@@ -189,7 +189,8 @@ def _score_mask(mask: np.ndarray, shape: tuple[int, int, int, int], what: str) -
 
 def attention(q, k, v, mask=None, num_heads: int = 1, head_dim: Optional[int] = None, mask_kind: str = "Custom",
               score_scale: Optional[float] = None, *, window: Optional[int] = None,
-              softcap: Optional[float] = None, v_head_dim: Optional[int] = None) -> np.ndarray:
+              softcap: Optional[float] = None, v_head_dim: Optional[int] = None,
+              masked_rows: str = "uniform") -> np.ndarray:
     """RLX's ``Attention``: softmax(mask(softcap(q·kᵀ·scale))) · v, per head.
 
     q, k, v are [B, S, H·D] (heads split from the last axis), [B, S, H, D] or [B, H, S, D]; the output has q's
@@ -197,8 +198,13 @@ def attention(q, k, v, mask=None, num_heads: int = 1, head_dim: Optional[int] = 
     positions (KV cache: the Sq queries sit at the end of the Sk keys). `scale` defaults to head_dim^-0.5.
     Masks: ``None``; ``Causal`` (key j is masked for query i when j > i + Sk − Sq); ``SlidingWindow`` (also masked
     when j < i + Sk − Sq − window); ``Custom`` keep mask (scores where mask < 0.5 become −1e9; a fully masked row
-    comes out uniform); ``Bias`` (added to the scores).
+    comes out uniform); ``Bias`` (added to the scores). ``masked_rows="zero"`` (PyTorch SDPA's semantics): a
+    masked key scores −inf instead of −1e9, and a row with no score above −inf (every key masked, or a −inf
+    bias on every key) is 0 instead of uniform (or NaN).
     """
+    if masked_rows not in ("uniform", "zero"):
+        raise ValueError(f"masked_rows must be uniform or zero, got {masked_rows!r}")
+    fill = MASKED if masked_rows == "uniform" else -np.inf
     head_dim = head_dim or q.shape[-1] // num_heads
     v_dim = v_head_dim or head_dim
     qh, layout = _heads(np.asarray(q), num_heads, head_dim, "q")
@@ -229,18 +235,23 @@ def attention(q, k, v, mask=None, num_heads: int = 1, head_dim: Optional[int] = 
             if window is None:
                 raise ValueError("mask_kind SlidingWindow needs the attribute window")
             masked |= kpos < qpos - window
-        scores = np.where(masked, MASKED, scores)
+        scores = np.where(masked, fill, scores)
     elif mask_kind == "Custom":
         if mask is None:
             raise ValueError("mask_kind Custom needs the mask input")
-        scores = np.where(_score_mask(mask, scores.shape, "keep mask") < 0.5, MASKED, scores)
+        scores = np.where(_score_mask(mask, scores.shape, "keep mask") < 0.5, fill, scores)
     elif mask_kind == "Bias":
         if mask is None:
             raise ValueError("mask_kind Bias needs the bias input")
         scores = scores + _score_mask(mask, scores.shape, "bias")
     elif mask_kind != "None":
         raise ValueError(f"unknown mask_kind {mask_kind!r}")
-    return _unheads(softmax(scores, -1) @ vh, layout)
+    if masked_rows == "zero":
+        dead = np.all(np.isneginf(scores), axis=-1, keepdims=True)
+        probs = np.where(dead, 0.0, softmax(np.where(dead, 0.0, scores), -1))
+    else:
+        probs = softmax(scores, -1)
+    return _unheads(probs @ vh, layout)
 
 
 def rope(x, cos, sin, head_dim: int, n_rot: Optional[int] = None, style: str = "NeoX") -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph import Node
-from .numerics import ACTIVATIONS, attention, cast, layer_norm, rms_norm, rope, softmax
+from .numerics import INT, ACTIVATIONS, attention, cast, layer_norm, rms_norm, rope, softmax
 from .ops_fused import kernel_attention, kernel_attention_ok
 from .optable import checked_indices, node_attr, norm_axis, register_op
 
@@ -35,7 +35,10 @@ _COMPARE = {"Eq": np.equal, "Ne": np.not_equal, "Lt": np.less, "Le": np.less_equ
 
 @register_op(*_BINARY)
 def _binary(it, node, args):
-    return _BINARY[node.op](args[0], args[1])
+    out = _BINARY[node.op](args[0], args[1])
+    if node.op == "Div" and node.dtype in INT:  # integer division truncates toward zero (ONNX, RLX)
+        out = np.trunc(out)
+    return out
 
 
 @register_op(*_COMPARE)
@@ -147,7 +150,7 @@ def _attention(it, node, args):
         return kernel_attention(q, k, v, mask, a, kind)
     return attention(q, k, v, mask, int(node_attr(node, "num_heads")), int(node_attr(node, "head_dim")), kind,
                      a.get("score_scale"), window=a.get("window"), softcap=a.get("attn_logit_softcap"),
-                     v_head_dim=a.get("v_head_dim"))
+                     v_head_dim=a.get("v_head_dim"), masked_rows=a.get("masked_rows") or "uniform")
 
 
 @register_op("Rope")

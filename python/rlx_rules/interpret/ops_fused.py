@@ -136,7 +136,8 @@ def kernel_attention_ok(q, k, v, mask, a, kind) -> bool:
 def kernel_attention(q, k, v, mask, a, kind) -> np.ndarray:
     from .. import kernels
     out = kernels.attention(as_f32(q), as_f32(k), as_f32(v), None if mask is None else as_f32(mask),
-                            num_heads=int(a["num_heads"]), mask_kind=kind.lower(), scale=a.get("score_scale"))
+                            num_heads=int(a["num_heads"]), mask_kind=kind.lower(), scale=a.get("score_scale"),
+                            masked_rows=a.get("masked_rows") or "uniform")
     return out.astype(np.float64)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .numerics import softmax
-from .optable import checked_indices, node_attr, norm_axis, register_op
+from .optable import check_elements, checked_indices, node_attr, norm_axis, register_op
 
 
 @register_op("Reshape")
@@ -72,6 +72,7 @@ def _expand(it, node, args):
         raise ValueError(f"target_shape {target} has fewer dims than the input {list(x.shape)}")
     lead = len(target) - x.ndim
     shape = [x.shape[i - lead] if d == -1 and i >= lead else d for i, d in enumerate(target)]  # -1 keeps the dim
+    check_elements(it, node, np.broadcast_shapes(x.shape, tuple(shape)))
     return np.broadcast_to(x, shape).copy()
 
 

@@ -32,6 +32,20 @@ def register_op(*names: str):
 
 
 
+# The most elements one value may have, by default (Interpreter(max_elements=...) overrides it): 2^28, 1 GiB of
+# float32 (2 GiB as the interpreter's float64). Checked before allocating, from the declared or computed size.
+MAX_ELEMENTS = 2**28
+
+
+def check_elements(it, node: Node, shape) -> None:
+    """GraphError when a value of `shape` (a shape, or an element count) would exceed the interpreter's limit."""
+    count = int(np.prod([int(d) for d in shape], dtype=object)) if not isinstance(shape, (int, np.integer)) else int(shape)
+    limit = getattr(it, "max_elements", MAX_ELEMENTS)
+    if count > limit:
+        raise GraphError(f"node {node.id} ({node.op}): a value of {count} elements is over the interpreter's limit "
+                         f"of {limit} (max_elements)")
+
+
 def node_attr(node: Node, name: str, default=...):
     if name in node.attrs:
         return node.attrs[name]

@@ -70,6 +70,11 @@ FOLDED_INPUTS = {
 INT64_MAX = 2**63 - 1
 
 
+# The most elements one tensor may have when the importer computes it (a folded constant, or ONNX shape
+# inference's data propagation) and, by default, when the interpreter allocates it: 2^28 (1 GiB of float32).
+MAX_ELEMENTS = 2**28
+
+
 @dataclass
 class OnnxImport:
     """The result of converting a model in memory: graph.json as a dict, the weights, and warnings."""

@@ -10,8 +10,9 @@ from ..errors import OnnxImportError
 from ..graph_builder import GraphBuilder
 from .common import BINARY, COMPARE, DTYPES, FOLDED_INPUTS, MIN_OPSET, REDUCE, SUPPORTED_DOMAINS, UNARY, f32_json, gc_paused, numpy_helper, onnx, rlx_ops_named, tensor_array, value_to_json
 from .folding import FOLDERS, FOLD_MAX, NoFold, fold_int_list
+from .model import constant_size
 from .op_converters import OpConverters
-from .shapes import prune, refine_shapes, toposorted
+from .shapes import computed_shape, is_unknown, merge_shapes, prune, refine_shapes, toposorted
 
 
 class Converter(OpConverters):
@@ -108,10 +109,12 @@ class Converter(OpConverters):
             vi[init.name] = (list(init.dims), DTYPES.get(init.data_type))
 
     def rank(self, name: str) -> Optional[int]:
-        shape = self.vi.get(name, (None, None))[0]
+        shape = self.shape(name)
         return None if shape is None else len(shape)
 
     def shape(self, name: str) -> Optional[list]:
+        if name in self.consts:  # a known constant (initializer, Constant, folded): its own shape
+            return list(self.consts[name].shape)
         return self.vi.get(name, (None, None))[0]
 
     # ---- node creation --------------------------------------------------------------------------------------
@@ -128,8 +131,14 @@ class Converter(OpConverters):
             more["onnx_output"] = out
         more.update(extra or {})
         nid = self.builder.add(op, inputs, attrs, shape, name=name, dtype=dtype, extra=more)
+        node = self.nodes[nid]
+        if shape is None or any(is_unknown(d) for d in shape):  # the importer's own shape, where ONNX's is unknown
+            merged = merge_shapes(shape, computed_shape(node, [self.nodes[i].get("shape") for i in inputs]))
+            if merged is not None:
+                node["shape"] = merged
         if out is not None:
             self.tensors[out] = nid
+            self.vi[out] = (node.get("shape"), node.get("dtype"))
         return nid
 
     def value(self, name: str) -> int:
@@ -165,7 +174,10 @@ class Converter(OpConverters):
         self.check_opsets()
         self.collect_value_info()
         for init in self.graph.initializer:
-            self.consts[init.name] = tensor_array(init)
+            try:
+                self.consts[init.name] = tensor_array(init)
+            except Exception as e:  # noqa: BLE001 - numpy or onnx on a malformed tensor: wrong data length, type
+                raise OnnxImportError(f"initializer {init.name!r} is malformed: {e}") from e
         for inp in self.graph.input:
             if inp.name in self.consts:  # an input with a default value (IR < 4): treated as a weight
                 continue
@@ -180,7 +192,7 @@ class Converter(OpConverters):
         self.builder.nodes[:] = nodes
         opsets = {imp.domain or "ai.onnx": imp.version for imp in self.model.opset_import}
         producer = f"{self.model.producer_name} {self.model.producer_version}".strip()
-        return self.builder.graph(outputs, onnx={"ir_version": self.model.ir_version, "opsets": opsets,
+        return self.builder.graph(outputs, source="onnx", onnx={"ir_version": self.model.ir_version, "opsets": opsets,
                                                  "producer": producer})
 
     def convert(self, node) -> None:
@@ -238,6 +250,10 @@ class Converter(OpConverters):
                 return False
             if (op == "Slice" and self.opset < 10) or (op in ("Unsqueeze", "Squeeze") and len(args) > 1
                                                          and args[1] is None):
+                return False
+        if op in ("Range", "ConstantOfShape", "Expand"):  # sized before allocating: folded only when small
+            size = constant_size(op, args)
+            if size is None or size > FOLD_MAX:
                 return False
         try:
             if op == "ConstantOfShape":

@@ -55,8 +55,13 @@ def _fold_cast(c, at, x):
 
 
 def _fold_div(c, at, a, b):
+    if np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer):
+        if np.any(b == 0):
+            raise NoFold
+        q = np.abs(a) // np.abs(b)  # ONNX truncates toward zero; numpy's // floors
+        return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
     if not (np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating)):
-        raise NoFold  # integer division truncates in ONNX, floors in numpy
+        raise NoFold
     return a / b
 
 

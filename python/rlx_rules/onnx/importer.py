@@ -3,33 +3,41 @@
 from __future__ import annotations
 
 import os
+from typing import Mapping, Optional, Sequence
 
 from .. import facts
 from ..safe_write import OutputRefused, check_target
-from .common import OnnxImport, gc_paused
+from .common import MAX_ELEMENTS, OnnxImport, gc_paused
 from .converter import Converter
 from .model import load_model
 from .weights import default_weights_path, save_weights
 
 
-def convert(model_or_path, *, inline_max_elements: int = 16) -> OnnxImport:
-    """Convert in memory: graph.json as a dict (without the "weights" field) and the weights by Param name."""
-    model = load_model(model_or_path)
+def convert(model_or_path, *, inline_max_elements: int = 16, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+            max_elements: int = MAX_ELEMENTS) -> OnnxImport:
+    """Convert in memory: graph.json as a dict (without the "weights" field) and the weights by Param name.
+    `input_shapes` pins inputs to static shapes ({"input_ids": [1, 16]}); `max_elements` bounds every tensor the
+    import computes (OnnxImportError past it)."""
+    model = load_model(model_or_path, input_shapes=input_shapes, max_elements=max_elements)
     c = Converter(model, inline_max_elements)
     graph = c.run()
     facts.annotate(graph, c.weights)  # what the weights guarantee (duplicated rotary halves, causal masks)
     return OnnxImport(graph, c.weights, c.warnings)
 
 
-def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_max_elements: int = 16):
+def import_onnx(model_or_path, output_path=None, *, weights_path=None, inline_max_elements: int = 16,
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None, max_elements: int = MAX_ELEMENTS):
     """Import an ONNX model as a Graph. With `output_path`, write the graph there and the weights beside it
     (NAME.weights.npz, or `weights_path`), and point the graph's "weights" field at them. Neither file may be
-    the model, nor the other one (rlx_rules.safe_write.OutputRefused)."""
+    the model, nor the other one (rlx_rules.safe_write.OutputRefused). `input_shapes` and `max_elements`: as
+    for convert."""
     with gc_paused():
-        return _import_onnx(model_or_path, output_path, weights_path, inline_max_elements)
+        return _import_onnx(model_or_path, output_path, weights_path,
+                            dict(inline_max_elements=inline_max_elements, input_shapes=input_shapes,
+                                 max_elements=max_elements))
 
 
-def _import_onnx(model_or_path, output_path, weights_path, inline_max_elements: int):
+def _import_onnx(model_or_path, output_path, weights_path, options: dict):
     from ..graph import Graph
 
     model = os.fspath(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else None
@@ -40,7 +48,7 @@ def _import_onnx(model_or_path, output_path, weights_path, inline_max_elements: 
             raise OutputRefused(f"cannot write {output_path}: it is also the weights file")
         check_target(output_path, inputs=[model, wpath])  # refused before the weights are written
         check_target(wpath, inputs=[model, output_path])
-    result = convert(model_or_path, inline_max_elements=inline_max_elements)
+    result = convert(model_or_path, **options)
     data = result.graph
     if output_path is not None:
         graph_dir = os.path.dirname(os.path.abspath(output_path))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
 
 from ..errors import OnnxImportError
-from .common import onnx, require_onnx
+from .common import MAX_ELEMENTS, onnx, require_onnx, tensor_array
 
 
 def _needs_shape_inference(model) -> bool:
@@ -15,9 +17,13 @@ def _needs_shape_inference(model) -> bool:
     return any(o and o not in have for n in model.graph.node for o in n.output)
 
 
-def load_model(model_or_path, *, infer_shapes: bool = True) -> "onnx.ModelProto":
+def load_model(model_or_path, *, infer_shapes: bool = True, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+               max_elements: int = MAX_ELEMENTS) -> "onnx.ModelProto":
     """Load an ONNX model (path or ModelProto) with its external data, inline its local functions and run ONNX
-    shape inference where value info is missing. Raises OnnxImportError for what cannot be read."""
+    shape inference where value info is missing. `input_shapes` pins inputs to static shapes (the exporter's
+    value info is then dropped and inferred again from them). Raises OnnxImportError for what cannot be read,
+    and for a Range, ConstantOfShape, Expand or Tile of constant size over `max_elements` elements (checked
+    before shape inference, whose data propagation would allocate it)."""
     require_onnx()
     base_dir = None
     if isinstance(model_or_path, (str, os.PathLike)):
@@ -55,12 +61,102 @@ def load_model(model_or_path, *, infer_shapes: bool = True) -> "onnx.ModelProto"
         from onnx import inliner
 
         model = inliner.inline_local_functions(model)
+    if input_shapes:
+        if model is model_or_path:  # the caller's ModelProto is left as it was
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            model = copy
+        pin_inputs(model, input_shapes)
+    check_sizes(model, max_elements)
     if infer_shapes and _needs_shape_inference(model):
         try:
             model = _infer_shapes_light(model, in_place=isinstance(model_or_path, (str, os.PathLike)) or model is not model_or_path)
         except Exception as e:  # noqa: BLE001 - a model ONNX cannot infer still imports, with fewer shapes
             warnings.warn(f"ONNX shape inference failed ({e}); importing with the shapes the model declares")
     return model
+
+
+def pin_inputs(model: "onnx.ModelProto", input_shapes: Mapping[str, Sequence[int]]) -> None:
+    """Give the named graph inputs static shapes (in place), and drop the value info that was inferred from the
+    dynamic ones (intermediate tensors and the outputs' shapes), so that shape inference derives it again."""
+    inputs = {i.name: i for i in model.graph.input}
+    for name, dims in input_shapes.items():
+        inp = inputs.get(name)
+        if inp is None:
+            raise OnnxImportError(f"--input-shape {name}: the model has no input {name!r} "
+                                  f"(inputs: {', '.join(inputs) or 'none'})")
+        tt = inp.type.tensor_type
+        if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+            raise OnnxImportError(f"--input-shape {name}: {len(dims)} dims given, but the input has rank "
+                                  f"{len(tt.shape.dim)}")
+        if any(int(d) < 0 for d in dims):
+            raise OnnxImportError(f"--input-shape {name}: dims must be >= 0, got {list(dims)}")
+        known = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] if tt.HasField("shape") else []
+        for k, (was, d) in enumerate(zip(known, dims)):
+            if was is not None and was != int(d):
+                raise OnnxImportError(f"--input-shape {name}: dim {k} is {was} in the model, not {d}")
+        tt.ClearField("shape")
+        for d in dims:
+            tt.shape.dim.add().dim_value = int(d)
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+
+
+def _small_constants(model: "onnx.ModelProto") -> dict[str, np.ndarray]:
+    out = {}
+    for t in model.graph.initializer:
+        if len(t.dims) <= 1 and (not t.dims or t.dims[0] <= 8):
+            try:
+                out[t.name] = tensor_array(t)
+            except Exception:  # noqa: BLE001 - a malformed initializer is reported by the converter
+                pass
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.output:
+            a = n.attribute[0]
+            try:
+                if a.name == "value" and len(a.t.dims) <= 1:
+                    out[n.output[0]] = tensor_array(a.t)
+                elif a.name in ("value_int", "value_float"):
+                    out[n.output[0]] = np.array(a.i if a.name == "value_int" else a.f)
+                elif a.name in ("value_ints", "value_floats"):
+                    out[n.output[0]] = np.array(list(a.ints) if a.name == "value_ints" else list(a.floats))
+            except Exception:  # noqa: BLE001
+                pass
+    return out
+
+
+def constant_size(op: str, args: list) -> Optional[int]:
+    """The element count of a Range, ConstantOfShape, Expand or Tile result from its constant inputs (None where
+    an input it needs is unknown), computed without allocating it."""
+    try:
+        if op == "Range" and len(args) == 3 and all(a is not None and a.size == 1 for a in args):
+            start, limit, delta = (float(a.reshape(-1)[0]) for a in args)
+            if delta == 0 or not all(np.isfinite([start, limit, delta])):
+                return None
+            return max(0, int(np.ceil((limit - start) / delta)))
+        if op == "ConstantOfShape" and args and args[0] is not None:
+            return int(np.prod([max(int(d), 0) for d in args[0].reshape(-1)], dtype=object))
+        if op in ("Expand", "Tile") and len(args) >= 2 and args[1] is not None:
+            dims = [max(int(d), 1) for d in args[1].reshape(-1)]
+            base = int(np.prod(dims, dtype=object))
+            return base * (args[0].size if op == "Tile" and args[0] is not None else 1)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def check_sizes(model: "onnx.ModelProto", max_elements: int) -> None:
+    """Refuse a Range, ConstantOfShape, Expand or Tile whose constant inputs ask for more than `max_elements`
+    elements, before anything (ONNX shape inference's data propagation included) allocates it."""
+    consts = _small_constants(model)
+    for n in model.graph.node:
+        if n.op_type not in ("Range", "ConstantOfShape", "Expand", "Tile"):
+            continue
+        size = constant_size(n.op_type, [consts.get(i) for i in n.input])
+        if size is not None and size > max_elements:
+            raise OnnxImportError(f"node {n.name or n.op_type!r} ({n.op_type}) makes a tensor of {size} elements, "
+                                  f"over the limit of {max_elements} (max_elements)")
 
 
 _INFER_KEEP_ELEMENTS = 1024  # initializers up to this size keep their values for data propagation

@@ -10,14 +10,37 @@ from ..errors import OnnxImportError
 from .common import DTYPES, REDUCE, f32_json, norm_axis, tensor_array
 
 
+def expand_target(src: Optional[list], shape: list[int]) -> Optional[list[int]]:
+    """ONNX Expand's shape (broadcast both ways: a 1 keeps the input's dim, and it may be shorter than the input)
+    as RLX Expand's target_shape (the output shape; -1 keeps an input dim whose size is not known); None when the
+    input's rank is unknown."""
+    if src is None:
+        return None
+    rank = max(len(src), len(shape))
+    src = [1] * (rank - len(src)) + list(src)
+    shape = [1] * (rank - len(shape)) + list(shape)
+    out = []
+    for d, t in zip(src, shape):
+        if t != 1:
+            out.append(t)
+        else:
+            out.append(d if isinstance(d, int) else -1)
+    return out
+
+
 class OpConverters:
     """Mixin of the converter: one method per ONNX op with an RLX equivalent (op_NAME, ms_NAME for com.microsoft)."""
 
     # ---- ops with RLX equivalents ---------------------------------------------------------------------------
     def op_Constant(self, node) -> None:
+        if not node.attribute:
+            raise OnnxImportError(f"Constant {node.name!r} has no value attribute")
         a = node.attribute[0]
         if a.name == "value":
-            arr = tensor_array(a.t)
+            try:
+                arr = tensor_array(a.t)
+            except Exception as e:  # noqa: BLE001 - a malformed tensor: wrong data length, unknown type
+                raise OnnxImportError(f"Constant {node.name!r}: its tensor is malformed: {e}") from e
         elif a.name in ("value_float", "value_int"):
             arr = np.array(a.f if a.name == "value_float" else a.i,
                            dtype=np.float32 if a.name == "value_float" else np.int64)
@@ -179,7 +202,7 @@ class OpConverters:
     def op_Expand(self, node) -> None:
         shape_c = self.const(node.input[1])
         if shape_c is not None:
-            target = [int(x) for x in shape_c.reshape(-1)]
+            target = expand_target(self.shape(node.input[0]), [int(x) for x in shape_c.reshape(-1)])
         else:
             target = self.static_out(node.output[0])
         if target is None:
@@ -321,3 +344,29 @@ class OpConverters:
 
     def op_ArgMin(self, node) -> None:
         self.arg(node, "ArgMin")
+
+    def op_Conv(self, node) -> None:
+        """A 2-D Conv (NCHW, explicit or no padding) is RLX's Conv, its bias an Add over [1, C, 1, 1]; any other
+        Conv (1-D, 3-D, auto_pad SAME) stays OnnxConv."""
+        at = self.schema_defaults(node)
+        at.update(self.attrs_of(node))
+        w = self.shape(node.input[1])
+        if (self.rank(node.input[0]) != 4 or w is None or len(w) != 4 or not all(isinstance(d, int) for d in w[2:])
+                or at.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")):
+            self.generic(node)
+            return
+        kernel = at.get("kernel_shape") or list(w[2:])
+        pads = at.get("pads") or [0, 0, 0, 0]
+        attrs = {"kernel_size": list(kernel), "stride": at.get("strides") or [1, 1], "padding": list(pads),
+                 "dilation": at.get("dilations") or [1, 1], "groups": at.get("group", 1)}
+        has_bias = len(node.input) > 2 and bool(node.input[2])
+        conv = self.emit("Conv", [self.value(node.input[0]), self.value(node.input[1])], attrs,
+                         out=None if has_bias else node.output[0], name=self.label(node, 1 if has_bias else 0),
+                         onnx_node=node, shape=None if not has_bias else self.shape(node.output[0]),
+                         dtype=None if not has_bias else self.vi.get(node.output[0], (None, None))[1])
+        if has_bias:
+            bias = self.value(node.input[2])
+            b4 = self.emit("Reshape", [bias], {"new_shape": [1, -1, 1, 1]}, name=self.label(node, 2), onnx_node=node,
+                           shape=[1, w[0], 1, 1], dtype=self.vi.get(node.input[2], (None, None))[1])
+            self.emit("Add", [conv, b4], out=node.output[0], name=self.label(node), onnx_node=node)
+

@@ -30,44 +30,99 @@ def prune(nodes: list[dict], outputs: list[int]) -> tuple[list[dict], list[int]]
 
 _SAME_SHAPE = {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Sin", "Cos", "Tan", "Atan", "Round",
                "Erf", "Reciprocal", "Floor", "Ceil", "Sign", "IsNaN", "IsInf", "Not", "Cast", "Softmax", "Gelu",
-               "GeluApprox", "Silu", "LayerNorm", "Rsqrt"}
+               "GeluApprox", "Silu", "LayerNorm", "RmsNorm", "Rsqrt", "Clip", "Cumsum", "Trilu"}
 
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or", "Xor",
               "Where"}
 
 
-def _static_shape(node: Optional[dict]) -> Optional[list[int]]:
-    shape = None if node is None else node.get("shape")
-    if shape is None or not all(isinstance(d, int) for d in shape):
+def is_unknown(d) -> bool:
+    """A dim that ONNX shape inference could not name (unk__N) or that the importer invented (unk_N)."""
+    return d is None or (isinstance(d, str) and d.startswith("unk"))
+
+
+def _broadcast_dims(dims: list) -> Optional[object]:
+    """One output dim of a broadcast: an integer other than 1 wins (every other dim must be it or 1, unknown ones
+    included); else equal symbols; 1 when all are 1; None where it is not known."""
+    rest = [d for d in dims if d != 1]
+    if not rest:
+        return 1
+    ints = {d for d in rest if isinstance(d, int)}
+    if len(ints) > 1:
+        raise ValueError("shapes do not broadcast")
+    if ints:
+        return ints.pop()
+    if any(is_unknown(d) for d in rest):
         return None
-    return list(shape)
+    return rest[0] if len(set(rest)) == 1 else None
 
 
-def _computed_shape(n: dict, ins: list) -> Optional[list[int]]:
-    """The output shape of `n` from its static input shapes, for the ops whose shape rule is simple; else None."""
+def broadcast(shapes: list[list]) -> list:
+    rank = max(len(s) for s in shapes)
+    padded = [[1] * (rank - len(s)) + list(s) for s in shapes]
+    return [_broadcast_dims([s[k] for s in padded]) for k in range(rank)]
+
+
+def _axes(axes, rank: int) -> list[int]:
+    return sorted(a + rank if a < 0 else a for a in axes)
+
+
+def computed_shape(n: dict, ins: list) -> Optional[list]:
+    """The output shape of `n` from its input shapes (ints or symbols; None for an unknown dim), for the ops whose
+    shape rule is simple; None where it cannot be computed."""
     op, at = n["op"], n.get("attrs", {})
     if not ins or any(s is None for s in ins):
         return None
     try:
         if op in _SAME_SHAPE:
-            return ins[0]
+            return list(ins[0])
         if op in _BROADCAST:
-            return list(np.broadcast_shapes(*[tuple(s) for s in ins]))
+            return broadcast(ins)
         if op == "Expand":
-            return list(np.broadcast_shapes(tuple(ins[0]), tuple(at["target_shape"])))
+            target = list(at["target_shape"])
+            lead = len(target) - len(ins[0])
+            target = [ins[0][k - lead] if d == -1 and k >= lead else d for k, d in enumerate(target)]
+            return broadcast([ins[0], target])
         if op == "Transpose":
             return [ins[0][p] for p in at["perm"]]
         if op == "Narrow":
             out = list(ins[0])
             out[at["axis"]] = at["len"]
             return out
-        if op == "Concat" and len({len(s) for s in ins}) == 1:
+        if op == "Unsqueeze":
             out = list(ins[0])
-            out[at["axis"]] = sum(s[at["axis"]] for s in ins)
+            for a in _axes(at["axes"], len(out) + len(at["axes"])):
+                out.insert(a, 1)
+            return out
+        if op == "Squeeze" and "axes" in at:
+            drop = set(_axes(at["axes"], len(ins[0])))
+            return [d for k, d in enumerate(ins[0]) if k not in drop]
+        if op == "Gather" and len(ins) == 2:
+            axis = at.get("axis", 0)
+            axis = axis + len(ins[0]) if axis < 0 else axis
+            return list(ins[0][:axis]) + list(ins[1]) + list(ins[0][axis + 1:])
+        if op == "GatherND" and not at.get("batch_dims", 0) and isinstance(ins[1][-1], int):
+            return list(ins[1][:-1]) + list(ins[0][ins[1][-1]:])
+        if op == "GatherElements":
+            return list(ins[1])
+        if op == "Reduce":
+            axes = set(_axes(at["axes"], len(ins[0])))
+            if at.get("keep_dim"):
+                return [1 if k in axes else d for k, d in enumerate(ins[0])]
+            return [d for k, d in enumerate(ins[0]) if k not in axes]
+        if op == "Concat" and len({len(s) for s in ins}) == 1:
+            axis = at["axis"]
+            out = broadcast([[1 if k == axis else d for k, d in enumerate(s)] for s in ins])
+            along = [s[axis] for s in ins]
+            out[axis] = sum(along) if all(isinstance(d, int) for d in along) else None
             return out
         if op == "Reshape":
             new = list(at["new_shape"])
+            if -1 not in new and 0 not in new:
+                return new
+            if not all(isinstance(d, int) for d in ins[0]):
+                return None
             total = int(np.prod(ins[0], dtype=np.int64))
             if new.count(-1) == 1:
                 rest = int(np.prod([d for d in new if d != -1], dtype=np.int64))
@@ -78,32 +133,39 @@ def _computed_shape(n: dict, ins: list) -> Optional[list[int]]:
         if op == "Gemm" and len(ins[0]) == 2 and len(ins[1]) == 2:
             m = ins[0][1] if at.get("transA", 0) else ins[0][0]
             return [m, ins[1][0] if at.get("transB", 0) else ins[1][1]]
-        if op == "MatMul" and len(ins[0]) >= 2 and len(ins[1]) >= 2 and ins[0][-1] == ins[1][-2]:
-            batch = np.broadcast_shapes(tuple(ins[0][:-2]), tuple(ins[1][:-2]))
+        if op == "MatMul" and len(ins[0]) >= 2 and len(ins[1]) >= 2:
+            batch = broadcast([ins[0][:-2], ins[1][:-2]]) if len(ins[0]) > 2 or len(ins[1]) > 2 else []
             return list(batch) + [ins[0][-2], ins[1][-1]]
     except (KeyError, IndexError, TypeError, ValueError):
         return None
     return None
 
 
+def merge_shapes(declared: Optional[list], got: Optional[list]) -> Optional[list]:
+    """The declared shape with each unknown dim (unk_*) replaced by the computed one where that is known; the
+    computed shape where nothing was declared. A declared dim that is known always wins."""
+    if got is None or any(d is None for d in got) and declared is None:
+        return declared
+    if declared is None:
+        return list(got)
+    if len(declared) != len(got):
+        return declared
+    return [g if is_unknown(d) and g is not None else d for d, g in zip(declared, got)]
+
+
 def refine_shapes(nodes: list[dict]) -> None:
-    """Replace the dims that ONNX shape inference could not name ("unk__N", invented) with the static size that
-    follows from static input shapes (after constant folding, a legacy export's Expand and Reshape targets are
-    known). Only invented dims change, and only when the computed shape has the declared rank and agrees with
-    every declared static dim; named symbols ("batch") are kept."""
+    """Replace the dims that ONNX shape inference could not name ("unk__N", invented) with the size or symbol that
+    follows from the inputs' shapes (after constant folding, a legacy export's Expand and Reshape targets are
+    known). Only unknown dims change; named symbols ("batch") and static dims are kept."""
     by_id = {n["id"]: n for n in nodes}
     for n in nodes:  # ids are in topological order
         shape = n.get("shape")
-        if not shape or not any(isinstance(d, str) and d.startswith("unk") for d in shape):
+        if shape is not None and not any(is_unknown(d) for d in shape):
             continue
-        got = _computed_shape(n, [_static_shape(by_id.get(i)) for i in n.get("inputs", ())])
-        if got is None or len(got) != len(shape):
-            continue
-        if any(isinstance(d, int) and d != g for d, g in zip(shape, got)):
-            continue
-        if any(isinstance(d, str) and not d.startswith("unk") for d in shape):
-            continue
-        n["shape"] = [int(g) for g in got]
+        got = computed_shape(n, [by_id[i].get("shape") if i in by_id else None for i in n.get("inputs", ())])
+        merged = merge_shapes(shape, got)
+        if merged is not None:
+            n["shape"] = merged
 
 
 def toposorted(graph) -> list:
