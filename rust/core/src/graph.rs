@@ -7,7 +7,10 @@
 //! the graph back, keeping unknown fields.
 
 mod load;
+mod read;
 mod write;
+
+pub use read::DEFAULT_MAX_BYTES;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -305,7 +308,13 @@ impl Graph {
         registry: &Registry,
         max_nodes: usize,
     ) -> Result<(Graph, Vec<Warning>), GraphError> {
-        let mut graph = load::parse(bytes, max_nodes)?;
+        let checked = Graph::checked(load::parse(bytes, max_nodes)?, registry)?;
+        read::check_integers(bytes)?;
+        Ok(checked)
+    }
+
+    /// A graph as parsed, validated and topologically ordered.
+    fn checked(mut graph: Graph, registry: &Registry) -> Result<(Graph, Vec<Warning>), GraphError> {
         let (warnings, order) = graph.check(registry)?;
         if let Some(order) = order {
             graph.apply_order(&order);
@@ -327,16 +336,7 @@ impl Graph {
         registry: &Registry,
         max_nodes: usize,
     ) -> Result<(Graph, Vec<Warning>), GraphError> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            GraphError::new(
-                GraphErrorKind::Io,
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
-        Graph::from_json_slice_max(&bytes, registry, max_nodes).map_err(|e| GraphError {
-            kind: e.kind,
-            message: format!("{}: {}", path.display(), e.message),
-        })
+        Graph::from_path_limits(path, registry, max_nodes, DEFAULT_MAX_BYTES)
     }
 
     /// Check an in-memory graph as loading does: unique ids, existing inputs, no cycle, outputs

@@ -7,7 +7,7 @@ use pyo3::types::{PyInt, PyString};
 
 use rlx_rules_core::apply::{apply_borrowed, time_budget_from_secs, ApplyOptions, Report};
 use rlx_rules_core::explain::ExplainOptions;
-use rlx_rules_core::graph::{Graph, DEFAULT_MAX_NODES};
+use rlx_rules_core::graph::{Graph, DEFAULT_MAX_BYTES, DEFAULT_MAX_NODES};
 use rlx_rules_core::program::Program;
 use rlx_rules_core::registry::Registry;
 
@@ -51,12 +51,13 @@ impl PyGraph {
         Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
     }
 
-    /// Read, parse and validate a graph.json file.
+    /// Read, parse and validate a graph.json file (at most `max_bytes` bytes; default 1 GiB).
     #[staticmethod]
-    #[pyo3(signature = (path, max_nodes = None))]
-    fn load(py: Python<'_>, path: PathBuf, max_nodes: Option<&Bound<'_, PyInt>>) -> PyResult<PyGraph> {
+    #[pyo3(signature = (path, max_nodes = None, max_bytes = None))]
+    fn load(py: Python<'_>, path: PathBuf, max_nodes: Option<&Bound<'_, PyInt>>, max_bytes: Option<&Bound<'_, PyInt>>) -> PyResult<PyGraph> {
         let max = max_nodes_arg(max_nodes)?;
-        let loaded = py.detach(|| Graph::from_path_max(&path, Registry::builtin(), max));
+        let max_bytes = count_arg("max_bytes", max_bytes)?.unwrap_or(DEFAULT_MAX_BYTES);
+        let loaded = py.detach(|| Graph::from_path_limits(&path, Registry::builtin(), max, max_bytes));
         let (inner, warnings) = loaded.map_err(core_err)?;
         Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
     }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    node_label, quote, Dim, Graph, GraphError, GraphErrorKind, Node, NodeId, GRAPH_FORMAT,
+    read, node_label, quote, Dim, Graph, GraphError, GraphErrorKind, Node, NodeId, GRAPH_FORMAT,
     GRAPH_VERSION,
 };
 
@@ -19,12 +19,24 @@ use super::{
 /// More than `max_nodes` nodes is a `TooLarge` error; the rest of the list is then skipped
 /// without being kept, so an oversized file costs time but no memory.
 pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let raw = GraphSeed(max_nodes)
+    if bytes.starts_with(read::BOM) {
+        return Err(read::bom_error());
+    }
+    parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes)?.into_graph()
+}
+
+/// [`parse`] on JSON that streams in (a FIFO, a device): `reader` stops it at its byte limit, and checks the
+/// integers (see [`read::check_integers`]) and the first bytes as they pass.
+pub(super) fn parse_stream<R: std::io::Read>(reader: &mut read::Bounded<R>, max_nodes: usize) -> Result<Graph, GraphError> {
+    let raw = parse_raw(serde_json::Deserializer::from_reader(&mut *reader), max_nodes);
+    reader.finish(raw)?.into_graph()
+}
+
+fn parse_raw<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>, max_nodes: usize) -> Result<RawGraph, GraphError> {
+    GraphSeed(max_nodes)
         .deserialize(&mut de)
         .and_then(|raw| de.end().map(|()| raw))
-        .map_err(json_error)?;
-    raw.into_graph()
+        .map_err(json_error)
 }
 
 fn json_error(e: serde_json::Error) -> GraphError {
