@@ -69,11 +69,75 @@ rule fold_scale {
     assert not report.ok and "on <synthesized>: the rewritten graph does not run" in str(report)
 
 
-def test_nothing_to_verify_on_is_a_failure(tmp_path):
+def test_a_rule_no_graph_can_be_built_for_fails_naming_the_construct(tmp_path):
     path = tmp_path / "r.rlxr"
     path.write_text("rule odd { match { n = Gelu(x) } where rank(x) == 2 and rank(x) == 3 rewrite n => Relu(x) }\n")
     report = verify([path])
-    assert not report.ok and "nothing to verify on" in str(report)
+    assert not report.ok and "nothing to verify on" not in str(report)
+    assert "no graph could be synthesized (no repair satisfies the guards `rank(x) == " in str(report), str(report)
+
+
+# Each deliberately wrong rule says, in its first comment, why it is wrong; verify must reject every one.
+WRONG_RULES = sorted(WRONG.glob("*.rlxr"))
+WHY_WRONG = {
+    "add_or_sub_as_bias_add.rlxr": "is a Sub): the rule fired and output 0 differs",
+    "hardcoded_activation.rlxr": "is a Silu): the rule fired and output 0 differs",
+    "transpose_any_shape_preserving_perm.rlxr": "(dims 4)",
+    "cast_ignoring_dtype.rlxr": ".to = f16): the guards admit a forward that changes the value's type",
+    "reshape_forward_without_shape_check.rlxr": "the guards admit a forward that changes the value's type",
+    "mul_by_any_constant.rlxr": "on <synthesized>: output 0 differs",
+    "narrow_off_by_one.rlxr": "differs by up to",
+    "swapped_halves.rlxr": "does not run",
+}
+
+
+def test_every_wrong_rule_states_why_it_is_wrong_and_is_known():
+    assert {p.name for p in WRONG_RULES} == set(WHY_WRONG)
+    for path in WRONG_RULES:
+        assert path.read_text().startswith("# "), path.name
+
+
+@pytest.mark.parametrize("path", WRONG_RULES, ids=lambda p: p.stem)
+def test_verify_rejects_each_wrong_rule_for_its_reason(path):
+    report = verify([path])
+    assert not report.ok
+    failures = [f for r in report.rules for f in r.failures]
+    assert any(WHY_WRONG[path.name] in f for f in failures), str(report)
+
+
+def test_a_right_rule_next_to_each_wrong_one_verifies(tmp_path):
+    """The fixed forms of the wrong rules pass: the rejections come from the errors, not from the constructs."""
+    path = tmp_path / "right.rlxr"
+    path.write_text("""
+rule matmul_add_bias {
+  match { mm = MatMul(x, w)  out = Add(mm, bias) }
+  where rank(bias) <= 1 and uses(mm) == 1 and not is_output(mm)
+  rewrite out => FusedMatMulBiasAct(x, w, bias) { activation: null }
+}
+rule matmul_bias_gelu_or_silu {
+  match { act = Gelu|Silu(Add(MatMul(x, w), bias)) }
+  where rank(bias) <= 1
+  rewrite act => FusedMatMulBiasAct(x, w, bias) { activation: op(act) }
+}
+rule transpose_cancel {
+  match { t1 = Transpose(x)  t2 = Transpose(t1) }
+  where is_identity(compose(t1.perm, t2.perm))
+  rewrite t2 => x
+}
+rule cast_remove_noop {
+  match { c = Cast(x) }
+  where c.to == dtype(x) and dtype(c) == dtype(x)
+  rewrite c => x
+}
+rule reshape_remove_noop {
+  match { r = Reshape(x) }
+  where shape(r) == shape(x)
+  rewrite r => x
+}
+""")
+    report = verify([path])
+    assert report.ok, str(report)
+    assert all(v.synthesized and v.variants >= 1 for v in report.rules), str(report)
 
 
 def test_cli_verify_exit_codes(capsys):

@@ -29,6 +29,7 @@ from ..graph_builder import GraphBuilder
 from ..lang.registry import Registry, builtin_registry
 
 LEAF_SHAPE = [2, 4, 24]
+LEAF_OPS = ("Input", "Param", "Constant")  # nodes whose values are given, not computed
 MAX_ROUNDS = 60
 
 
@@ -36,7 +37,23 @@ class _Stuck(Exception):
     pass
 
 
-def _default_attr(spec) -> object:
+def _slice(items: list, a: Optional[int], b: Optional[int]) -> list:
+    return list(items[a:b])
+
+
+# The list builtins as the engine computes them (expr.rs); compose(p, q) is Transpose p then Transpose q.
+LIST_FUNCTIONS = {
+    "len": len,
+    "index": lambda items, k: items[k],
+    "slice": _slice,
+    "reverse": lambda items: list(reversed(items)),
+    "compose": lambda p, q: [p[i] for i in q],
+    "is_identity": lambda p: list(p) == list(range(len(p))),
+    "is_perm": lambda p: sorted(p) == list(range(len(p))),
+}
+
+
+def _default_attr(name: str, spec) -> object:
     if spec.nullable:
         return None
     if spec.type == "int":
@@ -49,6 +66,8 @@ def _default_attr(spec) -> object:
         return spec.values[0]
     if spec.type == "int_list":
         return []
+    if name == "to":
+        return "f32"  # a Cast's target dtype
     return None
 
 
@@ -108,9 +127,12 @@ class Skeleton:
                 self.nodes[nid]["inputs"] = inputs
                 spec = registry.get(op)
                 if spec is not None:
-                    self.nodes[nid]["attrs"] = {a: _default_attr(sp) for a, sp in spec.attrs.items() if not sp.optional}
+                    self.nodes[nid]["attrs"] = {a: _default_attr(a, sp) for a, sp in spec.attrs.items() if not sp.optional}
             self.slot_nodes.append(mapping)
-        self.shapes: dict[int, list] = {nid: list(LEAF_SHAPE) for nid, n in self.nodes.items() if n["op"] == "Input"}
+        self.shapes: dict[int, list] = {nid: list(LEAF_SHAPE) for nid, n in self.nodes.items() if n["op"] in LEAF_OPS}
+        for n in self.nodes.values():
+            if n["op"] in LEAF_OPS and n["op"] != "Input":
+                n["attrs"].pop("value", None)  # a Constant or Param starts with random values
         self.root = self.slot_nodes[0][0]
         self.outputs = [mapping[0] for mapping in self.slot_nodes]
 
@@ -134,7 +156,8 @@ class Skeleton:
         b = GraphBuilder(f"synthesized_{self.rule['name']}", default_dtype="f32")
         for nid in self.order():
             n = self.nodes[nid]
-            b.add(n["op"], n["inputs"], dict(n["attrs"]), self.shapes.get(nid), name=n["name"], id=nid,
+            dtype = n["attrs"].get("to") if n["op"] == "Cast" else n.get("dtype")
+            b.add(n["op"], n["inputs"], dict(n["attrs"]), self.shapes.get(nid), name=n["name"], id=nid, dtype=dtype,
                   extra={"facts": list(n["facts"])} if n.get("facts") else None)
         return b.graph(self.outputs)
 
@@ -146,12 +169,11 @@ class Skeleton:
         runner = Interpreter(GraphBuilder().graph([]))
         self.consistent = True
         for _ in range(MAX_ROUNDS):
-            values = {nid: np.random.default_rng(0).standard_normal(self.shapes[nid]) * 0.1
-                      for nid, n in self.nodes.items() if n["op"] == "Input"}
+            values = {nid: self._leaf_value(nid) for nid, n in self.nodes.items() if n["op"] in LEAF_OPS}
             repaired = False
             for nid in self.order():
                 n = self.nodes[nid]
-                if n["op"] == "Input":
+                if n["op"] in LEAF_OPS:
                     continue
                 args = [values[i] for i in n["inputs"]]
                 try:
@@ -171,11 +193,17 @@ class Skeleton:
                 return
         raise _Stuck("shapes do not settle")
 
+    def _leaf_value(self, nid: int) -> np.ndarray:
+        value = self.nodes[nid]["attrs"].get("value")
+        if value is not None:  # an inline constant (a guard asked for its value)
+            return np.broadcast_to(np.asarray(value, dtype=np.float64), self.shapes[nid]).copy()
+        return np.random.default_rng(0).standard_normal(self.shapes[nid]) * 0.1
+
     def repair_op(self, nid: int, err: Exception, values: dict) -> None:
         n = self.nodes[nid]
         op, ins = n["op"], n["inputs"]
         shape = lambda i: list(values[i].shape) if i in values else list(self.shapes.get(i, LEAF_SHAPE))  # noqa: E731
-        leaf = lambda i: self.nodes[i]["op"] == "Input"  # noqa: E731
+        leaf = lambda i: self.nodes[i]["op"] in LEAF_OPS  # noqa: E731
 
         def set_leaf(i, new_shape) -> bool:
             if leaf(i) and self.shapes.get(i) != list(new_shape):
@@ -225,6 +253,12 @@ class Skeleton:
                             return
         if op == "Reshape":
             n["attrs"]["new_shape"] = shape(ins[0])
+            return
+        if op == "Transpose" and len(n["attrs"].get("perm") or []) != len(shape(ins[0])):
+            n["attrs"]["perm"] = list(range(len(shape(ins[0]))))[::-1]  # a permutation of the right length
+            return
+        if op == "Expand":
+            n["attrs"]["target_shape"] = shape(ins[0])
             return
         if op == "Attention":
             kind = n["attrs"].get("mask_kind")
@@ -301,8 +335,20 @@ class Skeleton:
                 lst = list(self.evaluate(args[0], params))
                 lst[self.evaluate(args[1], params)] = self.evaluate(args[2], params)
                 return lst
+            vals = [self.evaluate(a, params) for a in args]
+            if fn in LIST_FUNCTIONS:
+                return LIST_FUNCTIONS[fn](*vals)
+            if fn == "dtype":
+                return self.nodes[vals[0][1]].get("dtype", "f32")
+            if fn == "op":
+                return self.nodes[vals[0][1]]["op"]
         if "list" in e:
             return [self.evaluate(i, params) for i in e["list"]]
+        if "in" in e:
+            value = self.evaluate(e["in"], params)
+            return (value in [self.evaluate(i, params) for i in e["set"]]) != e.get("negated", False)
+        if "is_null" in e:
+            return (self.evaluate(e["is_null"], params) is None) != e.get("negated", False)
         raise _Stuck(f"cannot evaluate {e}")
 
     def repair_guard(self, e: dict, params: dict, attempt: int = 0) -> bool:
@@ -330,6 +376,20 @@ class Skeleton:
                 return False
             self.nodes[node].setdefault("facts", []).append(fact)
             return True
+        if e.get("call") == "is_identity":
+            arg = e["args"][0]
+            if arg.get("call") == "compose":  # the second permutation undoes the first
+                first, second = arg["args"]
+                p = self.evaluate(first, params)
+                if "attr" in second and isinstance(p, list) and sorted(p) == list(range(len(p))):
+                    return self._set_attr(second, [p.index(i) for i in range(len(p))])
+            elif "attr" in arg:
+                p = self.evaluate(arg, params)
+                return isinstance(p, list) and self._set_attr(arg, list(range(len(p))))
+        if e.get("un") == "not" and e["e"].get("call") == "is_identity" and "attr" in e["e"]["args"][0]:
+            p = self.evaluate(e["e"]["args"][0], params)
+            if isinstance(p, list) and len(p) > 1:
+                return self._set_attr(e["e"]["args"][0], list(range(len(p)))[::-1])
         if "in" in e and "attr" in e["in"] and not e.get("negated"):
             literals = [i["lit"] for i in e["set"] if "lit" in i]
             if literals:
@@ -349,7 +409,7 @@ class Skeleton:
                     return True
                 if target.get("call") == "rank" and isinstance(value, int) and value >= 0:
                     node = self.evaluate(target["args"][0], params)[1]
-                    if self.nodes[node]["op"] == "Input":
+                    if self.nodes[node]["op"] in LEAF_OPS:
                         shape = self.shapes[node]
                         self.shapes[node] = (shape + [1] * value)[-value:] if value else []
                         if value > len(shape):
@@ -357,12 +417,22 @@ class Skeleton:
                         return True
                 if target.get("call") == "dim" and isinstance(value, int):
                     node = self.evaluate(target["args"][0], params)[1]
-                    if self.nodes[node]["op"] == "Input":
+                    if self.nodes[node]["op"] in LEAF_OPS:
                         self.shapes[node][self.evaluate(target["args"][1], params)] = value
+                        return True
+                if target.get("call") == "numel" and isinstance(value, int) and value >= 1:
+                    node = self.evaluate(target["args"][0], params)[1]
+                    if self.nodes[node]["op"] in LEAF_OPS and self.shapes[node] != [value]:
+                        self.shapes[node] = [value]
+                        return True
+                if target.get("call") == "dtype" and isinstance(value, str):
+                    node = self.evaluate(target["args"][0], params)[1]
+                    if self.nodes[node]["op"] in LEAF_OPS and self.nodes[node].get("dtype", "f32") != value:
+                        self.nodes[node]["dtype"] = value
                         return True
                 if target.get("call") == "shape" and isinstance(value, list):
                     node = self.evaluate(target["args"][0], params)[1]
-                    if self.nodes[node]["op"] == "Input" and self.shapes[node] != value:
+                    if self.nodes[node]["op"] in LEAF_OPS and self.shapes[node] != value:
                         self.shapes[node] = list(value)
                         return True
         return False
@@ -385,9 +455,16 @@ def _as_node(nid: int, n: dict):
 def synthesize(rule: dict, program: dict, ruleset, params: Optional[dict] = None,
                registry: Optional[Registry] = None) -> Optional[dict]:
     """A graph on which `rule` fires, built from its pattern and guards; None if the repairs get stuck."""
+    return synthesize_or_reason(rule, program, ruleset, params, registry)[0]
+
+
+def synthesize_or_reason(rule: dict, program: dict, ruleset, params: Optional[dict] = None,
+                         registry: Optional[Registry] = None) -> tuple[Optional[dict], str]:
+    """A graph on which `rule` fires, or None and the construct that could not be built or satisfied."""
     registry = registry or builtin_registry()
     declared = {p["name"]: p["default"] for p in program["params"]}
     params = {**declared, **(params or {})}
+    reason = f"the repairs did not settle in {MAX_ROUNDS} rounds"
     try:
         sk = Skeleton(rule, registry)
         guards = {(i["loc"], i["text"]): i["expr"] for i in rule["code"] if i["i"] == "guard"}
@@ -398,17 +475,27 @@ def synthesize(rule: dict, program: dict, ruleset, params: Optional[dict] = None
             graph = sk.graph()
             _, report = ruleset.apply(copy.deepcopy(graph), params)
             if report.fired(rule["name"]) and sk.consistent:
-                return graph
+                return graph, ""
+            stats = report.rules.get(rule["name"])
+            if stats is not None and stats.first_refusal:
+                return None, f"the engine refused the rewrite on the synthesized graph: {stats.first_refusal}"
             records = [r for r in ruleset.explain(graph, params, rule=rule["name"], all=True)
                        if r["root"] in (sk.root, None)]
             if not records:
-                return None
+                return None, "the pattern matched but the rule did not fire" if sk.consistent else \
+                    "an op of the pattern cannot run on the shapes the guards need"
             check = records[0]["failed"][0]
             key = (check["loc"], check["check"])
             expr = guards.get(key)
             tries[key] = tries.get(key, 0) + 1
-            if expr is None or not sk.repair_guard(expr, params, tries[key] - 1):
-                return None
-    except (_Stuck, KeyError, TypeError, IndexError, ZeroDivisionError, ValueError):
-        return None
-    return None
+            if expr is None:
+                return None, f"the pattern's structure: {check['check']}"
+            if not sk.repair_guard(expr, params, tries[key] - 1):
+                return None, f"no repair satisfies the guard `{check['check']}` ({check['loc']})"
+        stuck = sorted(tries, key=tries.get, reverse=True)[:2]
+        reason = f"no repair satisfies the guards {' and '.join(f'`{text}`' for _, text in stuck)} together"
+    except _Stuck as err:
+        reason = str(err)
+    except (KeyError, TypeError, IndexError, ZeroDivisionError, ValueError) as err:
+        reason = f"{type(err).__name__} while building the graph: {err}"
+    return None, reason

@@ -33,7 +33,7 @@ import numpy as np
 from ..api import RuleSet, compile_rules, default_rules
 from ..errors import RlxRulesError
 from ..graph import Graph
-from .synthesize import synthesize
+from .synthesize import synthesize_or_reason
 
 RTOL, ATOL = 1e-6, 1e-8
 
@@ -113,6 +113,13 @@ def same_values(before: Graph, after: Graph, seed: int) -> Optional[str]:
     from ..interpret.core import random_values, run
 
     inputs, params = random_values(before, seed=seed, scale=0.5)
+    # Values an f32 (or f16) leaf can hold, so that a Cast to its own dtype is the no-op it is in the graph.
+    dtypes = {n.name: n.dtype for n in before.nodes if n.op in ("Input", "Param", "Constant")}
+    for table in (inputs, params):
+        for key, value in table.items():
+            narrow = {"f32": np.float32, "f16": np.float16, None: np.float32}.get(dtypes.get(key), None)
+            if narrow is not None:
+                table[key] = np.asarray(value).astype(narrow).astype(np.float64)
     try:
         expected = run(before, inputs, params)
     except (RlxRulesError, ValueError, FloatingPointError):
@@ -221,15 +228,125 @@ def _enum_values() -> dict:
             for attr, spec in ops.attrs.items() if spec.values}
 
 
+# What verify tries for a free permutation, axis or dtype (Cast's `to`).
+RANDOM_PERMS = 3
+DTYPES = ("f32", "f16", "i64", "bool")
+# The message of the engine's refusal of a forward that would change a value's type (rewrite.rs).
+TYPE_CHANGING_FORWARD = "would change the shape or dtype"
+
+
+def _op_alternatives(rule: dict) -> list[list[str]]:
+    """The op alternatives of the rule's pattern (`Gelu|Silu`), one list per slot that has several."""
+    sets = [rule["root_ops"]] + [i["ops"] for i in rule["code"] if i["i"] == "op"]
+    return [list(s) for s in sets if len(s) > 1]
+
+
+def _set_literals(rule: dict) -> dict[str, list]:
+    """For each attribute a guard tests for membership (`attr in {..}`), the literals of the set."""
+    out: dict[str, list] = {}
+    stack = [i["expr"] for i in rule["code"] if i["i"] == "guard"]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, dict):
+            if "in" in e and isinstance(e["in"], dict) and "attr" in e["in"]:
+                out.setdefault(e["in"]["attr"], []).extend(i["lit"] for i in e["set"] if "lit" in i)
+            stack.extend(v for v in e.values() if isinstance(v, (dict, list)))
+        elif isinstance(e, list):
+            stack.extend(e)
+    return out
+
+
+def reinferred(data: dict, seed: int) -> Optional[dict]:
+    """`data` with every computed node's shape as the interpreter finds it (a Cast's dtype is its `to`), so a
+    change to an op, a permutation or a leaf's shape gives a consistent graph; None if it does not run."""
+    from ..interpret.core import Interpreter, random_values
+
+    d = copy.deepcopy(data)
+    for n in d["nodes"]:
+        to = (n.get("attrs") or {}).get("to")
+        if n["op"] == "Cast" and isinstance(to, str):
+            n["dtype"] = to
+    try:
+        interpreter = Interpreter(Graph.from_dict(d), check_shapes=False)
+        interpreter.run(*random_values(interpreter.graph, seed=seed))
+    except (RlxRulesError, ValueError, FloatingPointError, TypeError, IndexError):
+        return None
+    for n in d["nodes"]:
+        if n["op"] not in ("Input", "Param", "Constant") and n["id"] in interpreter.values:
+            n["shape"] = list(interpreter.values[n["id"]].shape)
+    return d
+
+
+def _consistent(data: dict, seed: int) -> bool:
+    """Whether every declared shape and Cast dtype is what running the graph gives (no symbolic dim)."""
+    return reinferred(data, seed) == data and all(isinstance(d, int) for n in data["nodes"] for d in n.get("shape") or [])
+
+
+def space_mutants(data: dict, rule: dict, seed: int) -> Iterator[tuple[str, dict]]:
+    """The rule's whole space around a graph it fires on, each made consistent by running it: every other op
+    alternative of the pattern, random permutations, every axis, every dtype of a Cast, and all dims equal
+    (where a permutation can keep the shape without being the identity)."""
+    rng = np.random.default_rng(seed)
+    alternatives = _op_alternatives(rule)
+
+    def changed(d: dict, i: int, **fields) -> Optional[dict]:
+        m = copy.deepcopy(d)
+        for key, value in fields.items():
+            if key == "op":
+                m["nodes"][i]["op"] = value
+            else:
+                m["nodes"][i].setdefault("attrs", {})[key] = value
+        return reinferred(m, seed)
+
+    def around(d: dict, tag: str) -> Iterator[tuple[str, Optional[dict]]]:
+        for i, node in enumerate(d["nodes"]):
+            label = f"{tag}%{node['id']}"
+            for ops in alternatives:
+                if node["op"] in ops:
+                    for op in ops:
+                        if op != node["op"]:
+                            yield f"{label} is a {op}", changed(d, i, op=op)
+            rank = len(d["nodes"][i].get("shape") or [])
+            for attr, value in (node.get("attrs") or {}).items():
+                if isinstance(value, list) and len(value) > 1 and sorted(value) == list(range(len(value))):
+                    for _ in range(RANDOM_PERMS):
+                        perm = [int(k) for k in rng.permutation(len(value))]
+                        if perm != value:
+                            yield f"{label}.{attr} = {perm}", changed(d, i, **{attr: perm})
+                elif attr in ("axis", "dim") and isinstance(value, int) and not isinstance(value, bool):
+                    for axis in range(-rank, rank):
+                        if axis != value:
+                            yield f"{label}.{attr} = {axis}", changed(d, i, **{attr: axis})
+                elif attr == "to" and node["op"] == "Cast":
+                    for dtype in DTYPES:
+                        if dtype != value:
+                            yield f"{label}.to = {dtype}", changed(d, i, to=dtype)
+
+    yield from around(data, "")
+    square = copy.deepcopy(data)
+    for n in square["nodes"]:
+        if n["op"] in ("Input", "Param") and all(isinstance(k, int) for k in n.get("shape") or []):
+            n["shape"] = [4 for _ in n.get("shape") or []]
+    square = reinferred(square, seed)
+    if square is not None and square != data:
+        yield "every leaf dim 4", square
+        yield from around(square, "(dims 4) ")
+
+
 def _signature(node) -> tuple:
     """What a rewrite changes about a node that keeps its id: its op, its inputs or its attributes."""
     return node.op, tuple(node.inputs), json.dumps(node.attrs, sort_keys=True, default=str)
 
 
 def _changed_roots(before: Graph, after: Graph) -> list[int]:
-    """The nodes that a rewrite replaced: same id, another op, other inputs or other attributes."""
+    """The nodes that a rewrite replaced: same id, another op, other inputs or other attributes; for a
+    forwarding rewrite, which keeps no node at the root's id, the last node removed."""
     old = {n.id: _signature(n) for n in before.nodes}
-    return [n.id for n in after.nodes if n.id in old and old[n.id] != _signature(n)]
+    changed = [n.id for n in after.nodes if n.id in old and old[n.id] != _signature(n)]
+    if changed:
+        return changed
+    kept = {n.id for n in after.nodes}
+    return [n.id for n in before.nodes if n.id not in kept][-1:]
 
 
 def verify_rule(rules: RuleSet, rule: dict, *, seed: int = 0, max_mutants: Optional[int] = None) -> RuleVerdict:
@@ -240,13 +357,13 @@ def verify_rule(rules: RuleSet, rule: dict, *, seed: int = 0, max_mutants: Optio
     # First a graph built from the rule alone (its pattern and guards), then the rule's own examples.
     firing = [ex for ex in rule.get("examples", []) if ex["fires"]]
     synth_params = dict(firing[0].get("params") or {}) if firing else {}
-    synthesized = synthesize(rule, rules.program, single, synth_params)
+    synthesized, reason = synthesize_or_reason(rule, rules.program, single, synth_params)
     sources: list[tuple[dict, Optional[dict]]] = [(ex, None) for ex in rule.get("examples", [])]
     if synthesized is None:
-        verdict.notes.append("no graph could be synthesized from the pattern and guards alone")
+        verdict.notes.append(f"no graph could be synthesized from the pattern and guards alone: {reason}")
         if not firing:
-            verdict.failures.append("nothing to verify on: no graph could be synthesized and the rule carries no "
-                                    "example that fires (add: expect fires N on \"graph.json\")")
+            verdict.failures.append(f"no graph could be synthesized ({reason}), and the rule carries no example "
+                                    "that fires (add: expect fires N on \"graph.json\")")
     else:
         if not rule.get("examples"):
             verdict.notes.append("the rule carries no example; verified on the synthesized graph")
@@ -278,8 +395,13 @@ def verify_rule(rules: RuleSet, rule: dict, *, seed: int = 0, max_mutants: Optio
             continue
         root = roots[0]
         original = graph.to_dict()
-        changes = [(change, data, params) for change, data in mutants(original, enums)]
+        values = dict(enums)
+        for attr, literals in _set_literals(rule).items():  # every literal of a set a guard tests
+            for op in {n["op"] for n in original["nodes"]}:
+                values[(op, attr)] = list(dict.fromkeys([*values.get((op, attr), ()), *literals]))
+        changes = [(change, data, params) for change, data in mutants(original, values)]
         changes += [(change, original, p) for change, p in param_mutants(rules.program["params"], params)]
+        changes += [(change, data, params) for change, data in space_mutants(original, rule, seed) if data is not None]
         for change, data, mutant_params in changes[:max_mutants]:
             _check_mutant(single, name, verdict, data, change, root, mutant_params, seed, where)
     return verdict
@@ -295,7 +417,12 @@ def _check_mutant(single: RuleSet, name: str, verdict: RuleVerdict, data: dict, 
     at_root = [r for r in records if r["root"] == root or r["root"] is None]
     fused, report = single.apply(mutant, params)
     before = _signature(mutant.node(root))
-    root_fired = any(n.id == root and _signature(n) != before for n in fused.nodes)
+    root_fired = all(n.id != root or _signature(n) != before for n in fused.nodes)
+    refusal = report.rules[name].first_refusal or ""
+    if not root_fired and TYPE_CHANGING_FORWARD in refusal and _consistent(data, seed):
+        verdict.failures.append(f"variant of {where} ({change}): the guards admit a forward that changes the value's "
+                                f"type, which the engine refused: {refusal}")
+        return
     if root_fired:
         # It fired: whatever explain says (it describes the graph after the phase, where a rewrite that keeps
         # the root's op leaves a node at the same id), the values must be kept.
