@@ -13,7 +13,7 @@ from .lang import ast
 from .lang.analyze import analyze
 from .lang.check import check
 from .lang.compile import compile_program
-from .errors import Diagnostic, RuleError
+from .errors import Diagnostic, ParamError, RuleError
 from .graph import Graph, load_graph
 from .lang.params import ParamValue, resolve
 from .lang.parse import parse_files, parse_text
@@ -60,7 +60,7 @@ class RuleSet:
         self.program = program
         self.warnings = list(warnings)
         self._native = _native.Program(json.dumps(program))
-        self._overrides = dict(params or {})
+        self._overrides = dict(_mapping("params", params))
         self.param_values()  # validate the overrides and environment now, when the rules load
 
     @property
@@ -73,7 +73,7 @@ class RuleSet:
 
     def param_values(self, overrides: Optional[Mapping[str, object]] = None) -> dict[str, ParamValue]:
         """The values in force: overrides, then these rules' own overrides, then env vars, then defaults."""
-        merged = {**self._overrides, **(overrides or {})}
+        merged = {**self._overrides, **_mapping("params", overrides)}
         return resolve(self.program["params"], merged)
 
     def with_params(self, **params: object) -> "RuleSet":
@@ -81,13 +81,20 @@ class RuleSet:
 
     def apply(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
               max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
-              fail_after_rewrites: Optional[int] = None, explain: bool = False) -> tuple[Graph, Report]:
+              max_iterations: Optional[int] = None, fail_after_rewrites: Optional[int] = None,
+              explain: bool = False) -> tuple[Graph, Report]:
         """Apply the rules; returns the rewritten graph and the report. The input graph is unchanged.
 
-        With `explain=True` the report also holds, for each rule that fired zero times, its best near miss.
+        Limits (None: the core's defaults, docs/security.md): `max_rewrites` per apply, `time_budget_s` of wall
+        time, `max_iterations` per phase (a phase's own `max_iterations` cannot raise it). Reaching a rewrite
+        or time limit raises ApplyError holding the work done. With `explain=True` the report also holds, for
+        each rule that fired zero times, its best near miss.
         """
-        return self._run(graph, params, max_rewrites=max_rewrites, time_budget_s=time_budget_s,
-                         fail_after_rewrites=fail_after_rewrites, explain="unfired" if explain else None)
+        return self._run(graph, params, max_rewrites=_count("max_rewrites", max_rewrites),
+                         time_budget_s=_seconds("time_budget_s", time_budget_s),
+                         max_iterations=_count("max_iterations", max_iterations),
+                         fail_after_rewrites=_count("fail_after_rewrites", fail_after_rewrites),
+                         explain="unfired" if explain else None)
 
     def explain(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
                 rule: Optional[str] = None, node: Optional[int] = None, all: bool = False) -> list[NearMiss]:
@@ -97,9 +104,8 @@ class RuleSet:
         `total` checks), the bindings made, and each failed check with its .rlxr location and the values
         involved. Rules are explained on the graph as their phase sees it, after earlier phases ran.
         """
+        node = _count("node", node)
         if rule is not None and rule not in self.rule_names:
-            from .errors import ParamError
-
             raise ParamError(f"unknown rule {rule!r}; the rules are: {', '.join(self.rule_names)}")
         _, report = self._run(graph, params, explain="all" if all else "best", explain_rule=rule, explain_node=node)
         return report.near_misses
@@ -117,11 +123,46 @@ class RuleSet:
         return f"<RuleSet: {len(self.rule_names)} rules in phases {', '.join(self.phases)}>"
 
 
-def compile_rules(paths: Sequence[PathLike], *, params: Optional[Mapping[str, object]] = None,
+def _mapping(name: str, value: Optional[Mapping[str, object]]) -> Mapping[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParamError(f"{name} must be a mapping of parameter names to values, not {type(value).__name__}")
+    return value
+
+
+def _count(name: str, value: Optional[int]) -> Optional[int]:
+    """A count argument: None or an int (not a bool); its range is checked by the core (ParamError)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ParamError(f"{name} must be an integer, not {type(value).__name__}")
+    return value
+
+
+def _seconds(name: str, value: Optional[float]) -> Optional[float]:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ParamError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    return value
+
+
+def rule_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[str]:
+    """Rule file arguments as a list of paths: one path (str or os.PathLike) or a sequence of them; `@NAME`
+    is a bundled set. Anything else is a ParamError."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if isinstance(paths, (bytes, Mapping)) or not isinstance(paths, Sequence):
+        raise ParamError(f"rule files must be a path or a list of paths, not {type(paths).__name__}")
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)):
+            raise ParamError(f"a rule file must be a path (str or os.PathLike), not {type(p).__name__}: {p!r}")
+    return [os.fspath(resolve_rules_path(p)) for p in paths]
+
+
+def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optional[Mapping[str, object]] = None,
                   registry: Optional[Registry] = None) -> RuleSet:
-    """Parse, check and compile rule files (and what they include). Raises RuleError listing every error."""
+    """Parse, check and compile rule files (and what they include): one path or a list of them. Raises
+    RuleError listing every error."""
     registry = registry or builtin_registry()
-    files, sources = parse_files([os.fspath(resolve_rules_path(p)) for p in paths])
+    files, sources = parse_files(rule_paths(paths))
     checked = check(files, sources, registry)
     warnings = checked.warnings + analyze(checked, registry, sources)
     program = compile_program(checked, registry, sources)
@@ -131,6 +172,8 @@ def compile_rules(paths: Sequence[PathLike], *, params: Optional[Mapping[str, ob
 def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mapping[str, object]] = None,
                  registry: Optional[Registry] = None) -> RuleSet:
     """Compile rules given as text (includes are not allowed here)."""
+    if not isinstance(text, str):
+        raise ParamError(f"rule text must be a str, not {type(text).__name__}")
     registry = registry or builtin_registry()
     parsed = parse_text(text, filename)
     includes = [i for i in parsed.items if isinstance(i, ast.Include)]

@@ -54,11 +54,26 @@ class Graph:
 
     @classmethod
     def from_dict(cls, data: dict, *, max_nodes: Optional[int] = None) -> "Graph":
-        return cls.from_json(json.dumps(data), max_nodes=max_nodes)
+        """A graph from its JSON as Python data. Data that JSON cannot hold (NaN, a set, nesting too deep to
+        encode) is a GraphError."""
+        from .errors import GraphError
+
+        if not isinstance(data, dict):
+            raise GraphError(f"a graph must be a dict (graph.json's object), not {type(data).__name__}")
+        try:
+            text = json.dumps(data, allow_nan=False)
+        except RecursionError:
+            raise GraphError("invalid JSON: the data nests too deeply to encode") from None
+        except (TypeError, ValueError) as e:
+            raise GraphError(f"invalid JSON: the data cannot be written as JSON: {e}") from None
+        return cls.from_json(text, max_nodes=max_nodes)
 
     @classmethod
-    def load(cls, path: Union[str, os.PathLike], *, max_nodes: Optional[int] = None) -> "Graph":
-        return cls(_native.Graph.load(os.fspath(path), max_nodes), source_path=os.fspath(path))
+    def load(cls, path: Union[str, os.PathLike], *, max_nodes: Optional[int] = None,
+             max_bytes: Optional[int] = None) -> "Graph":
+        """Read a graph.json file: at most `max_bytes` bytes (default 1 GiB; a larger file is refused before it
+        is read, and a FIFO or device stops at the limit) and `max_nodes` nodes (default 10 million)."""
+        return cls(_native.Graph.load(_path_arg(path), max_nodes, max_bytes), source_path=os.fspath(path))
 
     def to_json(self, pretty: bool = False) -> str:
         return self._native.to_json(pretty)
@@ -133,12 +148,25 @@ class Graph:
                 f"<table><tr><th>op</th><th>count</th></tr>{rows}</table>")
 
 
+def _path_arg(path: object) -> str:
+    """`path` as a str path; anything else (a number, None, bytes) is a GraphError naming what it was."""
+    if not isinstance(path, (str, os.PathLike)):
+        from .errors import GraphError
+
+        raise GraphError(f"expected a graph: a path, graph.json text, a dict or a Graph; got {type(path).__name__}")
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        return _path_arg(os.fsdecode(text))
+    return text
+
+
 def load_graph(source: Union[str, os.PathLike, dict, Graph]) -> Graph:
-    """A Graph from a path, a graph.json string, a dict, or a Graph (returned as is)."""
+    """A Graph from a path, a graph.json string, a dict, or a Graph (returned as is). Anything else is a
+    GraphError."""
     if isinstance(source, Graph):
         return source
     if isinstance(source, dict):
         return Graph.from_dict(source)
     if isinstance(source, str) and source.lstrip().startswith("{"):
         return Graph.from_json(source)
-    return Graph.load(source)
+    return Graph.load(_path_arg(source))

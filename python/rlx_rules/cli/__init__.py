@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import enum
+import math
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import ParamError
 
@@ -57,3 +58,51 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
     """The `--set NAME=VALUE` option of the commands that load rules."""
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a declared parameter")
+
+
+# The largest values the range-checked options take: counts fit the core's 64-bit integers; a time budget of
+# more than a year is refused as a typo rather than clamped.
+MAX_COUNT = 2**63 - 1
+MAX_SECONDS = 365 * 24 * 3600.0
+
+
+def int_in(low: int, high: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high], else a usage error that names the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            bound = f"at least {low}" if high == MAX_COUNT else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in "invalid integer value"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds, finite, > 0 and at most a year."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_SECONDS:.0f} seconds, got {text}")
+    return value
+
+
+def add_graph_limit_options(parser: argparse.ArgumentParser) -> None:
+    """`--max-graph-bytes` and `--max-nodes`: the graph loader's limits (docs/security.md), for commands that
+    read a graph.json."""
+    parser.add_argument("--max-graph-bytes", type=int_in(1), default=None, metavar="BYTES",
+                        help="refuse a graph.json larger than this (default 1 GiB)")
+    parser.add_argument("--max-nodes", type=int_in(1), default=None, metavar="N",
+                        help="refuse a graph with more nodes than this (default 10 million)")
+
+
+def load_graph_arg(args: argparse.Namespace):
+    """The graph named by `args.graph`, within the limits of add_graph_limit_options."""
+    from ..graph import Graph
+
+    return Graph.load(args.graph, max_nodes=args.max_nodes, max_bytes=args.max_graph_bytes)

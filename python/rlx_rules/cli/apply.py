@@ -8,7 +8,8 @@ import os
 import sys
 
 from ..errors import GraphError
-from . import EXAMPLES, ExitCode, add_set_option, fail, parse_sets
+from . import (EXAMPLES, ExitCode, add_graph_limit_options, add_set_option, fail, int_in, load_graph_arg, parse_sets,
+               seconds)
 
 
 def default_output(graph_path: str) -> str:
@@ -25,12 +26,11 @@ def same_file(a: str, b: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from ..api import load_rules
-    from ..graph import Graph
 
     rules = load_rules(*args.rules, params=parse_sets(args.set))
     for w in rules.warnings:
         print(w.format(), file=sys.stderr)
-    graph = Graph.load(args.graph)
+    graph = load_graph_arg(args)
     if not args.quiet:
         for w in graph.warnings:
             print(f"warning: {args.graph}: {w}", file=sys.stderr)
@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     with progress(f"rlx-rules apply: {args.graph}", quiet=args.quiet):
         fused, report = rules.apply(graph, max_rewrites=args.max_rewrites, time_budget_s=args.time_budget,
+                                    max_iterations=args.max_iterations,
                                     fail_after_rewrites=int(fail_after) if fail_after else None, explain=args.explain)
     out = args.output or default_output(args.graph)
     to_stdout = out == "-"
@@ -72,8 +73,13 @@ def add_command(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--pretty", action="store_true", help="write the graph with one node per line")
     p.add_argument("--in-place", action="store_true", help="allow the output to replace the input graph")
-    p.add_argument("--max-rewrites", type=int, default=None, help="fail if more rewrites than this are needed")
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="fail if apply takes longer")
+    p.add_argument("--max-rewrites", type=int_in(0), default=None, metavar="N",
+                   help="fail if more rewrites than this are needed (default 10 million)")
+    p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
+                   help="fail if apply takes longer (default 600)")
+    p.add_argument("--max-iterations", type=int_in(1, 2**32 - 1), default=None, metavar="N",
+                   help="iterations per phase at most (default 1000; a rule file's max_iterations cannot raise it)")
+    add_graph_limit_options(p)
     p.add_argument("--explain", action="store_true", help="add each unfired rule's best near miss to the report")
     p.add_argument("-q", "--quiet", action="store_true", help="print no report")
     p.set_defaults(run=run)

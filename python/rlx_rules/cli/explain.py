@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import ExitCode, add_set_option, parse_sets
+from . import ExitCode, add_graph_limit_options, add_set_option, int_in, load_graph_arg, parse_sets
 
 
 def run(args: argparse.Namespace) -> int:
     from ..api import load_rules
-    from ..graph import Graph
     from ..tools.explain import format_miss
 
     rules = load_rules(*args.rules, params=parse_sets(args.set))
-    records = rules.explain(Graph.load(args.graph), rule=args.rule, node=args.node, all=args.all)
+    records = rules.explain(load_graph_arg(args), rule=args.rule, node=args.node, all=args.all)
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=2))
     elif not records:
@@ -30,8 +29,9 @@ def add_command(subparsers) -> None:
     e.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
                    help="rule files, or @NAME for a bundled set (default: @default)")
     e.add_argument("--rule", help="only this rule")
-    e.add_argument("--node", type=int, help="only candidates whose match involves this node id")
+    e.add_argument("--node", type=int_in(0), help="only candidates whose match involves this node id")
     e.add_argument("--all", action="store_true", help="every near miss, not just the best per rule")
     add_set_option(e)
+    add_graph_limit_options(e)
     e.add_argument("--json", action="store_true", help="print the records as JSON")
     e.set_defaults(run=run)

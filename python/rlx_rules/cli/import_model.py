@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import GraphError, OnnxImportError
+from ..errors import GraphError, OnnxImportError, OutputError
 from ..formats import GRAPH_FORMAT
-from . import ExitCode, fail
+from . import ExitCode, fail, int_in
 
 IMPORT_EXAMPLES = """\
 examples:
@@ -50,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
                 return fail(f"{src} is already a graph.json (format \"{GRAPH_FORMAT}\")", ExitCode.USAGE)
             from ..onnx.rlx_json import import_rlx_json
             graph = import_rlx_json(src, args.output)
-    except OnnxImportError as e:
-        return fail(f"{src}: {e}", ExitCode.GRAPH_ERROR)
-    except GraphError as e:
+    except OutputError as e:  # the graph or weights could not be written (also a GraphError)
+        return fail(e, ExitCode.OUTPUT_ERROR)
+    except (OnnxImportError, GraphError) as e:
         message = str(e)
-        if "cannot write" in message or "write" in message.split(":")[0]:
-            return fail(message, ExitCode.OUTPUT_ERROR)
-        return fail(f"{src}: {message}", ExitCode.GRAPH_ERROR)
+        return fail(message if message.startswith(src) else f"{src}: {message}", ExitCode.GRAPH_ERROR)
+    except RecursionError:
+        return fail(f"{src}: the input nests too deeply to read", ExitCode.GRAPH_ERROR)
     if not args.quiet:
         for w in graph.warnings:
             print(f"warning: {args.output}: {w}", file=sys.stderr)
@@ -71,7 +71,7 @@ def add_command(subparsers) -> None:
     p.add_argument("model", help="MODEL.onnx, or RLX's serde JSON for a Graph (.json)")
     p.add_argument("-o", "--output", required=True, help="output graph.json")
     p.add_argument("--weights", help="weights .npz (default: beside the output, NAME.weights.npz)")
-    p.add_argument("--inline-max", type=int, default=16, metavar="N",
+    p.add_argument("--inline-max", type=int_in(0), default=16, metavar="N",
                    help="constants with at most N elements stay inline in the graph (default 16)")
     p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
                    help="pin an ONNX input to a static shape (repeatable), e.g. input_ids=1,16")

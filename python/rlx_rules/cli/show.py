@@ -6,10 +6,9 @@ import argparse
 import subprocess
 import sys
 
-from ..graph import Graph
 from ..safe_write import WriteError, atomic_write
 from ..tools.show import DotMissing, fused_ids, neighbourhood, render_svg, summary, to_dot
-from . import ExitCode, add_set_option, fail, parse_sets
+from . import ExitCode, add_graph_limit_options, add_set_option, fail, int_in, load_graph_arg, parse_sets
 
 SHOW_EXAMPLES = """\
 examples:
@@ -21,7 +20,7 @@ examples:
 
 
 def run(args: argparse.Namespace) -> int:
-    before = Graph.load(args.graph)
+    before = load_graph_arg(args)
     after = None
     if args.rules is not None:
         from ..api import load_rules
@@ -72,8 +71,9 @@ def add_command(subparsers) -> None:
     p.add_argument("-r", "--rules", nargs="*", default=None, metavar="RULES",
                    help="also show the graph after these rules (no files: the bundled library)")
     add_set_option(p)
-    p.add_argument("--node", type=int, help="draw only the part around this node id")
-    p.add_argument("--radius", type=int, default=2, help="with --node: how many edges away (default 2)")
+    p.add_argument("--node", type=int_in(0), help="draw only the part around this node id")
+    p.add_argument("--radius", type=int_in(0, 10_000), default=2, help="with --node: how many edges away (default 2)")
     p.add_argument("--dot", metavar="FILE", help="write the drawing as Graphviz DOT text ('-' for stdout)")
     p.add_argument("--svg", metavar="FILE", help="write the drawing as SVG (needs Graphviz's dot)")
+    add_graph_limit_options(p)
     p.set_defaults(run=run)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zipfile
 from typing import Optional
 
 import numpy as np
@@ -37,8 +38,16 @@ def load_weights(graph) -> dict[str, np.ndarray]:
     path = weights_path(graph)
     if path is None:
         return {}
+    where = f'the weights file {path} (field "weights")'
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise GraphError(f"cannot read {where}: {e.strerror or e}") from e
+    if head != b"PK\x03\x04":  # else np.load would try it as a pickle and say "contains pickled data"
+        raise GraphError(f"cannot read {where}: it is not an .npz archive (it starts with {head!r})")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
-    except (OSError, ValueError) as e:
-        raise GraphError(f'cannot read the weights file {path} (field "weights"): {e}') from e
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise GraphError(f"cannot read {where}: {e or type(e).__name__}") from e

@@ -96,6 +96,8 @@ def from_rlx_json(data: Union[str, bytes, dict]) -> dict:
             data = json.loads(data)
         except json.JSONDecodeError as e:
             raise GraphError(f"invalid JSON: {e}") from e
+        except RecursionError:
+            raise GraphError("invalid JSON: it nests too deeply to read") from None
     if not isinstance(data, dict) or "nodes" not in data or "outputs" not in data:
         raise GraphError("an RLX graph JSON must be an object with \"nodes\" and \"outputs\"")
     nodes = []

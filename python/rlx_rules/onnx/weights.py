@@ -7,8 +7,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import OnnxImportError
-
 
 def default_weights_path(graph_path: str) -> str:
     """NAME.graph.json or NAME.json -> NAME.weights.npz, in the same folder."""
@@ -27,7 +25,7 @@ def save_weights(path: str, weights: dict[str, np.ndarray], *, inputs: Sequence 
     The archive is written in Rust (rlx_rules_core::npz, with the zip crate), from the arrays' own buffers and
     without the GIL; Python only makes the .npy headers (numpy's own format code)."""
     from .. import _native
-    from ..safe_write import OutputRefused, WriteError, atomic_output
+    from ..safe_write import atomic_output
 
     names, headers, data = [], [], []
     heads: dict = {}
@@ -36,13 +34,8 @@ def save_weights(path: str, weights: dict[str, np.ndarray], *, inputs: Sequence 
         names.append(name)
         headers.append(head)
         data.append(body)
-    try:
-        with atomic_output(path, inputs=inputs) as (_fd, tmp):
-            _native.write_npz(tmp, names, headers, data)
-    except OutputRefused:
-        raise
-    except WriteError as e:
-        raise OnnxImportError(f"cannot write weights to {path}: {e.__cause__ or e}") from e
+    with atomic_output(path, inputs=inputs) as (_fd, tmp):  # a refused or failed write: an OutputError
+        _native.write_npz(tmp, names, headers, data)
 
 
 _NO_DATA = np.zeros(0, dtype=np.uint8)
