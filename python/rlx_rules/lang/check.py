@@ -8,10 +8,22 @@ from . import ast
 from ..errors import Diagnostic, RuleError
 from .registry import OpSpec, Registry
 from .scope import DEFAULT_PHASE, CheckedRules, PatternChecker, RuleScope
-from .exprtypes import (ANY, BOOL, NOT_LITERAL, PARAM_TYPES, ExprTyper, Type, assignable, attr_type, comparable,
-                        free_names, literal_value, param_type, suggest, value_fits)
+from .exprtypes import (ANY, BOOL, MAX_EXPR_DEPTH, NOT_LITERAL, PARAM_TYPES, ExprTyper, Type, assignable, attr_type,
+                        comparable, expr_children, free_names, literal_value, param_type, suggest, value_fits)
 
 DEFAULT_MAX_ITERATIONS = 16
+MAX_LETS = 256  # per rule; lets are substituted where they are used, so their chains are bounded too
+
+
+def inlined_depth(expr: ast.Expr, let_depth: dict[str, int]) -> int:
+    """How deep `expr` nests once the lets it names (depths in `let_depth`) are substituted; iterative."""
+    deepest, stack = 0, [(expr, 1)]
+    while stack:
+        e, level = stack.pop()
+        extra = let_depth.get(e.id, 0) if isinstance(e, ast.Name) else 0
+        deepest = max(deepest, level + max(extra - 1, 0))
+        stack.extend((c, level + 1) for c in expr_children(e))
+    return deepest
 
 
 class Checker(ExprTyper, PatternChecker):
@@ -150,6 +162,12 @@ class Checker(ExprTyper, PatternChecker):
                 self.error(let.loc, f"let {let.name!r} reuses a name already in scope")
                 continue
             scope.lets[let.name] = let
+        if not self._let_depths_fit(rule, scope):
+            for name in scope.lets:
+                names[name] = ANY
+            for let in scope.lets.values():
+                self._count_names(let.value, uses)
+            return
         # Lets may be used before they are defined; order them by dependency and reject cycles.
         state: dict[str, int] = {}
 
@@ -172,6 +190,37 @@ class Checker(ExprTyper, PatternChecker):
             self._count_names(let.value, uses)
             if name not in names:
                 visit(name, [])
+
+    def _let_depths_fit(self, rule: ast.Rule, scope: RuleScope) -> bool:
+        """Whether the rule has at most MAX_LETS lets and each let and where clause, with the lets it uses
+        substituted, nests at most MAX_EXPR_DEPTH levels; else one located error (the shallowest offender)."""
+        if len(rule.lets) > MAX_LETS:
+            self.error(rule.lets[MAX_LETS].loc, f"rule {rule.name!r} has {len(rule.lets)} lets, more than the "
+                       f"limit of {MAX_LETS}")
+            return False
+        depth: dict[str, int] = {}
+        for root in scope.lets:  # iterative post-order over the let dependencies; a cycle counts as 0
+            stack, open_ = [(root, False)], set()
+            while stack:
+                name, ready = stack.pop()
+                if name in depth:
+                    continue
+                if ready:
+                    depth[name] = inlined_depth(scope.lets[name].value, depth)
+                    continue
+                open_.add(name)
+                stack.append((name, True))
+                stack.extend((d, False) for d in free_names(scope.lets[name].value)
+                             if d in scope.lets and d not in depth and d not in open_)
+        over = [(d, scope.lets[n].loc, f"let {n!r}") for n, d in depth.items() if d > MAX_EXPR_DEPTH]
+        over += [(d, w.cond.loc, "this where clause") for w in rule.wheres
+                 if (d := inlined_depth(w.cond, depth)) > MAX_EXPR_DEPTH]
+        if not over:
+            return True
+        d, loc, what = min(over, key=lambda o: o[0])
+        self.error(loc, f"{what} nests {d} levels deep once the lets it uses are substituted, more than "
+                   f"{MAX_EXPR_DEPTH}")
+        return False
 
     def _check_constraints(self, pattern: ast.OpPattern, names: dict[str, Type], uses: dict[str, int]) -> None:
         for c in pattern.constraints:
