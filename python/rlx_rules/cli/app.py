@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from ..errors import (ApplyError, GraphError, KernelError, OnnxImportError, OutputError, ParamError, ProgramError,
                       RlxRulesError, RuleError)
 from . import EXAMPLES, ExitCode, fail
-from . import apply, check, explain, export, import_model, show, verify
+from . import apply, check, explain, export, import_model, optimize, show, verify
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES + "\nexit codes: " + ", ".join(f"{c.value} {c.name.lower()}" for c in ExitCode),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (apply, explain, check, verify, import_model, export, show):
+    for command in (apply, explain, check, verify, import_model, export, optimize, show):
         command.add_command(sub)
     return parser
 
