@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import rlx_rules
 HERE = Path(__file__).resolve().parent
 ATOL = 1e-4
 FUSED_ATTENTION = ("Attention", "FusedAttentionBlock", "FusedTransformerLayer")
-ATTENTION_RULES = ("attention_", "fuse_attention_block")
+ATTENTION_RULES = ("attention_",)  # the lifting rules of @onnx (fuse_attention_block needs their output)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -46,17 +47,23 @@ def pin(src: Path, dst: Path, feed: dict[str, np.ndarray]) -> None:
     onnx.save(model, str(dst))
 
 
-def near_miss(report: dict) -> str:
-    """The attention-rule near miss that got furthest: rule, progress, and its failing check."""
+def near_miss(graph: Path) -> str:
+    """The attention-lifting near miss that got furthest (`rlx-rules explain --all`): rule, progress, failing check."""
+    r = cli("explain", str(graph), "-r", "@onnx", "--all", "--json")
+    try:
+        records = json.loads(r.stdout)
+    except json.JSONDecodeError:
+        return f"explain failed: {last_line(r.stderr)}"
     best = None
-    for nm in report.get("near_misses") or []:
+    for nm in records:
         if nm["rule"].startswith(ATTENTION_RULES) and (best is None or nm["progress"] / max(nm["total"], 1)
                                                         > best["progress"] / max(best["total"], 1)):
             best = nm
     if best is None:
         return ""
     failed = best["failed"][0] if best.get("failed") else {}
-    return f"{best['rule']} {best['progress']}/{best['total']}: {failed.get('check', '')} [{failed.get('detail', '')}]"
+    return f"{best['rule']} {best['progress']}/{best['total']} at {best.get('root_label')}: " \
+           f"{failed.get('check', '')} [{failed.get('detail', '')}]"
 
 
 def measure(entry: dict, pinned: bool, work: Path) -> dict:
@@ -73,14 +80,16 @@ def measure(entry: dict, pinned: bool, work: Path) -> dict:
     r = cli("import", str(src), "-o", str(graph), "-q")
     if r.returncode:
         return dict(out, stage="import", error=last_line(r.stderr or r.stdout))
-    r = cli("apply", str(graph), "-r", "@onnx", "-o", str(fused), "--json", "--explain")
+    r = cli("apply", str(graph), "-r", "@onnx", "-o", str(fused), "--json")
     if r.returncode:
         return dict(out, stage="apply", error=last_line(r.stderr or r.stdout))
     report = json.loads(r.stdout)
     ops = report["ops_after"]
     out.update(fused={op: ops[op] for op in FUSED_ATTENTION if ops.get(op)},
                fused_layers=sum(ops.get(op, 0) for op in FUSED_ATTENTION),
-               softmax_left=ops.get("Softmax", 0), near_miss=near_miss(report))
+               softmax_left=ops.get("Softmax", 0))
+    if out["fused_layers"] < out["layers"]:
+        out["near_miss"] = near_miss(graph)
     try:
         got = rlx_rules.run(str(fused), feed)[0]
     except Exception as e:  # noqa: BLE001 - the interpreter's refusal is a measurement
@@ -99,6 +108,47 @@ def cell(m: dict) -> str:
     return f"{m['fused_layers']}/{m['layers']} {vals}"
 
 
+def peer(p: dict) -> str:
+    if "error" in p:
+        return "error"
+    if not p.get("attention_fused"):
+        return "0"
+    return f"{p['attention_fused']}" + ("" if p.get("runs") and p.get("matches") else
+                                         " runs, rows differ" if p.get("runs") else " fails to run")
+
+
+def print_table(entries: list[dict], results: list[dict]) -> None:
+    """One row per file: the peers' fused attention layers (from the manifest), then rlx-rules' own, then why."""
+    by_file = {}
+    for m in results:
+        by_file.setdefault(m["file"], {})[m["mode"]] = m
+    print(f"{'file':<34} {'layers':>6} {'onnxscript':<22} {'ORT optimizer':<22} {'rlx dynamic':<20} {'rlx pinned':<20}")
+    total = {"dynamic": [0, 0, 0], "pinned": [0, 0, 0]}
+    whys = []
+    for e in entries:
+        modes = by_file.get(e["file"], {})
+        row = []
+        for mode in ("dynamic", "pinned"):
+            m = modes.get(mode)
+            row.append(cell(m) if m else "")
+            if m:
+                t = total[mode]
+                full = m.get("fused_layers") == m["layers"]
+                t[0] += 1
+                t[1] += full
+                t[2] += bool(full and m.get("values_match"))
+                why = " ".join(filter(None, [m.get("near_miss") if not full else "", m.get("error")]))
+                if why:
+                    whys.append(f"{e['file']} ({mode}): {why}")
+        print(f"{e['file']:<34} {e['attention_layers']:>6} {peer(e['onnxscript']):<22} {peer(e['ort_optimizer']):<22} "
+              f"{row[0]:<20} {row[1]:<20}")
+    for mode, (n, full, ok) in total.items():
+        if n:
+            print(f"{mode}: every attention layer fused in {full} of {n} files; fused and values within {ATOL}: {ok}")
+    print()
+    print("\n".join(whys))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("only", nargs="*", help="only files whose name contains one of these")
@@ -106,40 +156,26 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the imported and fused graphs in DIR")
     ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument("--table", metavar="PATH", help="print the table of an earlier --json run; measure nothing")
     args = ap.parse_args(argv)
     manifest = json.loads((HERE / "manifest.json").read_text())
     entries = [e for e in manifest["files"] if e.get("exported")
                and (not args.only or any(s in e["file"] for s in args.only))]
+    if args.table:
+        results = json.loads(Path(args.table).read_text())
+        done = {m["file"] for m in results}
+        print_table([e for e in entries if e["file"] in done], results)
+        return 0
     work = Path(args.keep or tempfile.mkdtemp(prefix="rlx-corpus-"))
     work.mkdir(parents=True, exist_ok=True)
     jobs = [(e, False) for e in entries] + ([] if args.no_pinned else [(e, True) for e in entries])
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda job: measure(job[0], job[1], work), jobs))
-    by_file = {}
-    for m in results:
-        by_file.setdefault(m["file"], {})[m["mode"]] = m
-    print(f"{'file':<34} {'dynamic inputs':<22} {'pinned inputs':<22} why not fused (dynamic; pinned)")
-    total = {"dynamic": [0, 0, 0], "pinned": [0, 0, 0]}
-    for f, modes in by_file.items():
-        row = []
-        for mode in ("dynamic", "pinned"):
-            m = modes.get(mode)
-            if m is None:
-                row.append("")
-                continue
-            row.append(cell(m))
-            t = total[mode]
-            t[0] += 1
-            t[1] += m.get("fused_layers") == m["layers"]
-            t[2] += bool(m.get("fused_layers") == m["layers"] and m.get("values_match"))
-        why = " | ".join(" ".join(filter(None, [m.get("near_miss") if m.get("fused_layers") != m["layers"] else "",
-                                                 m.get("error")])) for m in modes.values())
-        print(f"{f:<34} {row[0]:<22} {row[1]:<22} {why[:160]}")
-    for mode, (n, full, ok) in total.items():
-        if n:
-            print(f"{mode}: every attention layer fused in {full} of {n} files; fused and values within {ATOL}: {ok}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        tmp = Path(f"{args.json}.tmp")
+        tmp.write_text(json.dumps(results, indent=1) + "\n")
+        os.replace(tmp, args.json)
+    print_table(entries, results)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
