@@ -1,17 +1,18 @@
-"""Rule-engine benchmark (issue 2 §7): the bundled rules on BERT graphs of 10..1,000 layers, against hand-written Python and Rust passes.
+"""Rule-engine benchmark (issues 2 and 16): the seed rules on BERT graphs of 35..34,000 layers (1k..1M nodes), against hand-written Python and Rust passes.
 
-    python benchmarks/bench_engine.py             # full run: layers 10 30 100 300 1000, 7 repeats
-    python benchmarks/bench_engine.py --quick     # smoke run: layers 10 100, 2 repeats
-    python benchmarks/bench_engine.py --markdown  # also print the tables as Markdown (for BENCHMARKS.md)
+    python benchmarks/bench_engine.py             # full run: layers 35 100 1000 10000 34000, 3 repeats
+    python benchmarks/bench_engine.py --quick     # smoke run: layers 35 100, 2 repeats
+    python benchmarks/bench_engine.py --layers 1000 10000 --repeats 5 --markdown   # Markdown too (BENCHMARKS.md)
 
-Contenders, each run on the same graph.json, alternating within every repeat (order rotated):
+Contenders, each a process of its own on the same graph.json, alternating within every repeat (order rotated):
   cli      `rlx-rules apply IN -r rules/seed.rlxr -o OUT -q`, whole process (Python start, rule compile, Rust load/apply/write)
-  api      in-process Python API: Graph.load + rules.apply + write (rules compiled once, before timing)
+  api      the Python API in a child process: Graph.load + rules.apply + write, timed inside (rules compiled before)
   py       benchmarks/seed_pass_python.py, whole process (json.load, dict passes, json.dumps)
   rs_hand  seed-pass-rust handwritten, whole process (serde load, hand-written passes, write)
   rs_eng   seed-pass-rust engine, whole process (rlx_rules_core: load + validate, apply, write)
-Every output must agree with every other (same op counts and the same nodes), or the script fails.
-Timings are medians (min in the JSON results); nothing here is a pass/fail test of speed.
+Each process's peak RSS is read from its own rusage (os.wait4). Every output must agree with every other (same
+op counts and the same nodes), or the script fails. Timings are medians (min in the JSON results); nothing here is
+a pass/fail test of speed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,14 +35,35 @@ BIN = ROOT / "target" / "release" / "seed-pass-rust"
 CONTENDERS = ["cli", "api", "py", "rs_hand", "rs_eng"]
 
 
-def sh(cmd: list[str], env=None) -> tuple[float, str]:
-    """Run a command; return (wall ms, stdout). Fails loudly on a non-zero exit."""
-    t = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    ms = (time.perf_counter() - t) * 1e3
-    if p.returncode != 0:
-        raise SystemExit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
-    return ms, p.stdout
+def sh(cmd: list[str], env=None) -> tuple[float, str, float]:
+    """Run a command; return (wall ms, stdout, peak RSS in MB of that process). Fails loudly on a non-zero exit."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        ms = (time.perf_counter() - t) * 1e3
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if p.returncode != 0:
+            raise SystemExit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{err.read().decode()}")
+        return ms, out.read().decode(), usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+
+
+def api_child(src: str, dst: str, rules_path: str) -> int:
+    """The api contender, in its own process: compile the rules, then time load, apply and write."""
+    import rlx_rules
+
+    rules = rlx_rules.load_rules(rules_path)
+    t0 = time.perf_counter()
+    g = rlx_rules.Graph.load(src)
+    t1 = time.perf_counter()
+    fused, _report = rules.apply(g)
+    t2 = time.perf_counter()
+    fused.write(dst)
+    t3 = time.perf_counter()
+    print(json.dumps({"load_ms": (t1 - t0) * 1e3, "pass_ms": (t2 - t1) * 1e3, "write_ms": (t3 - t2) * 1e3}))
+    return 0
 
 
 def canonical(path: Path) -> tuple[dict, list]:
@@ -51,14 +74,17 @@ def canonical(path: Path) -> tuple[dict, list]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smoke run: 10 and 100 layers, 2 repeats")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 35 and 100 layers, 2 repeats")
     ap.add_argument("--layers", type=int, nargs="+", default=None)
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     ap.add_argument("--no-build", action="store_true", help="skip cargo build --release -p seed-pass-rust")
+    ap.add_argument("--api-child", nargs=3, metavar=("IN", "OUT", "RULES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    layers = args.layers or ([10, 100] if args.quick else [10, 30, 100, 300, 1000])
-    repeats = args.repeats or (2 if args.quick else 7)
+    if args.api_child:
+        return api_child(*args.api_child)
+    layers = args.layers or ([35, 100] if args.quick else [35, 100, 1000, 10000, 34000])
+    repeats = args.repeats or (2 if args.quick else 3)
 
     import rlx_rules
     from rlx_rules.examples import bert_encoder
@@ -77,43 +103,35 @@ def main() -> int:
     env = dict(os.environ)
     env.pop("RLX_FUSE_ATTN_THRESHOLD", None)  # the default (64) for every contender
 
-    def in_process(src: Path, dst: Path) -> dict:
-        t0 = time.perf_counter()
-        g = rlx_rules.Graph.load(str(src))
-        t1 = time.perf_counter()
-        fused, _report = rules.apply(g)
-        t2 = time.perf_counter()
-        fused.write(str(dst))
-        t3 = time.perf_counter()
-        return {"load_ms": (t1 - t0) * 1e3, "pass_ms": (t2 - t1) * 1e3, "write_ms": (t3 - t2) * 1e3}
-
     results = []
     for n_layers in layers:
         src = OUT / f"bert_{n_layers}.json"
-        src.write_text(json.dumps(bert_encoder(n_layers)))
-        nodes = len(json.loads(src.read_text())["nodes"])
+        doc = bert_encoder(n_layers)
+        nodes = len(doc["nodes"])
+        with open(src, "w") as f:
+            json.dump(doc, f)
+        del doc
+        input_mb = src.stat().st_size / 2**20
         outs = {c: OUT / f"bert_{n_layers}.{c}.json" for c in CONTENDERS}
         cmds = {
             "cli": cli_cmd + ["apply", str(src), "-r", str(seed_rules), "-o", str(outs["cli"]), "-q"],
+            "api": [sys.executable, __file__, "--api-child", str(src), str(outs["api"]), str(seed_rules)],
             "py": [sys.executable, str(ROOT / "benchmarks" / "seed_pass_python.py"), str(src), str(outs["py"])],
             "rs_hand": [str(BIN), "handwritten", str(src), str(outs["rs_hand"])],
             "rs_eng": [str(BIN), "engine", str(program), str(src), str(outs["rs_eng"])],
         }
         wall: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+        rss: dict[str, list[float]] = {c: [] for c in CONTENDERS}
         inner: dict[str, list[dict]] = {c: [] for c in CONTENDERS}
         # One warm-up round (page cache, lazy imports), then `repeats` rounds, rotating who goes first.
         for r in range(repeats + 1):
             order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[: r % len(CONTENDERS)]
             for c in order:
-                if c == "api":
-                    t = time.perf_counter()
-                    phases = in_process(src, outs["api"])
-                    ms = (time.perf_counter() - t) * 1e3
-                else:
-                    ms, stdout = sh(cmds[c], env)
-                    phases = json.loads(stdout) if c != "cli" else {}
+                ms, stdout, peak_mb = sh(cmds[c], env)
+                phases = json.loads(stdout) if c != "cli" else {}
                 if r > 0:
                     wall[c].append(ms)
+                    rss[c].append(peak_mb)
                     inner[c].append(phases)
         # Every contender must produce the same graph.
         ref_counts, ref_nodes = canonical(outs["rs_eng"])
@@ -130,6 +148,8 @@ def main() -> int:
 
         row = {
             "layers": n_layers, "nodes": nodes, "nodes_after": sum(ref_counts.values()), "ops_after": ref_counts,
+            "input_mb": input_mb,
+            "peak_rss_mb": {c: statistics.median(rss[c]) for c in CONTENDERS},
             "wall_ms": {c: med(c) for c in CONTENDERS},
             "wall_min_ms": {c: min(wall[c]) for c in CONTENDERS},
             "inner_ms": {c: {k: med(c, k) for k in ("load_ms", "pass_ms", "write_ms")}
@@ -138,6 +158,9 @@ def main() -> int:
         row["ratio_pass_eng_vs_hand"] = row["inner_ms"]["rs_eng"]["pass_ms"] / row["inner_ms"]["rs_hand"]["pass_ms"]
         row["ratio_e2e_eng_vs_hand"] = row["wall_ms"]["rs_eng"] / row["wall_ms"]["rs_hand"]
         row["ratio_cli_vs_py"] = row["wall_ms"]["cli"] / row["wall_ms"]["py"]
+        row["ratio_pass_eng_vs_py"] = row["inner_ms"]["rs_eng"]["pass_ms"] / row["inner_ms"]["py"]["pass_ms"]
+        # what the engine's process holds beyond the input text, per node (its load, apply and write included)
+        row["eng_bytes_per_node"] = (row["peak_rss_mb"]["rs_eng"] - input_mb) * 2**20 / nodes
         results.append(row)
         print(f"{n_layers:5d} layers {nodes:6d} nodes: " + "  ".join(f"{c} {row['wall_ms'][c]:7.1f}" for c in CONTENDERS)
               + " ms", file=sys.stderr)
@@ -149,22 +172,30 @@ def main() -> int:
 
 def print_tables(results: list[dict], repeats: int, markdown: bool) -> None:
     head1 = ["layers", "nodes", "cli ms", "api ms", "py ms", "rs_hand ms", "rs_eng ms",
-             "eng/hand pass", "eng/hand e2e", "cli/py"]
+             "eng/hand pass", "eng/py pass", "eng/hand e2e", "cli/py"]
     rows1 = [[r["layers"], r["nodes"]] + [f"{r['wall_ms'][c]:.1f}" for c in CONTENDERS]
-             + [f"{r['ratio_pass_eng_vs_hand']:.2f}x", f"{r['ratio_e2e_eng_vs_hand']:.2f}x", f"{r['ratio_cli_vs_py']:.2f}x"]
+             + [f"{r['ratio_pass_eng_vs_hand']:.2f}x", f"{r['ratio_pass_eng_vs_py']:.3f}x",
+                f"{r['ratio_e2e_eng_vs_hand']:.2f}x", f"{r['ratio_cli_vs_py']:.2f}x"]
              for r in results]
-    head2 = ["layers", "nodes"] + [f"{c} µs/node" for c in CONTENDERS] + ["rs_hand pass µs/node", "rs_eng pass µs/node"]
+    head2 = ["layers", "nodes"] + [f"{c} µs/node" for c in CONTENDERS] + [
+        "py pass µs/node", "rs_hand pass µs/node", "rs_eng pass µs/node", "api pass µs/node"]
     rows2 = [[r["layers"], r["nodes"]] + [f"{r['wall_ms'][c] * 1e3 / r['nodes']:.2f}" for c in CONTENDERS]
-             + [f"{r['inner_ms'][c]['pass_ms'] * 1e3 / r['nodes']:.3f}" for c in ("rs_hand", "rs_eng")] for r in results]
-    head3 = ["layers", "contender", "load ms", "pass ms", "write ms"]
-    rows3 = [[r["layers"], c] + [f"{r['inner_ms'][c][k]:.1f}" for k in ("load_ms", "pass_ms", "write_ms")]
+             + [f"{r['inner_ms'][c]['pass_ms'] * 1e3 / r['nodes']:.3f}" for c in ("py", "rs_hand", "rs_eng", "api")]
+             for r in results]
+    head3 = ["layers", "nodes", "input MB"] + [f"{c} peak MB" for c in CONTENDERS] + ["rs_eng B/node beyond input"]
+    rows3 = [[r["layers"], r["nodes"], f"{r['input_mb']:.1f}"] + [f"{r['peak_rss_mb'][c]:.0f}" for c in CONTENDERS]
+             + [f"{r['eng_bytes_per_node']:.0f}"] for r in results]
+    head4 = ["layers", "contender", "load ms", "pass ms", "write ms"]
+    rows4 = [[r["layers"], c] + [f"{r['inner_ms'][c][k]:.1f}" for k in ("load_ms", "pass_ms", "write_ms")]
              for r in results for c in ("api", "py", "rs_hand", "rs_eng")]
-    print(f"\nWall time per contender, median of {repeats} (whole process except api):")
+    print(f"\nWall time per contender, median of {repeats} (whole process; api's rule compile included):")
     table(head1, rows1, markdown)
-    print("\nPer node (wall, and in-process pass only):")
+    print("\nPer node (wall, and the pass alone):")
     table(head2, rows2, markdown)
-    print("\nInternal phases (medians, ms):")
+    print("\nPeak RSS per process (median), and the engine's bytes per node beyond the input text:")
     table(head3, rows3, markdown)
+    print("\nInternal phases (medians, ms):")
+    table(head4, rows4, markdown)
 
 
 def table(head: list[str], rows: list[list], markdown: bool) -> None:
