@@ -74,3 +74,57 @@ def test_cli_explain_json(tmp_path, capsys):
     records = json.loads(capsys.readouterr().out)
     assert records[0]["rule"] == "fuse_attention_block"
     assert main(["explain", str(path), "--rule", "no_such_rule"]) != 0
+
+
+GELU_RULES = """
+rule relu_of_gelu {
+  match { g = Gelu(x)  r = Relu(g) }
+  where rank(x) == 2
+  rewrite r => Relu(x)
+}
+"""
+
+
+def _two_gelus(path):
+    """Relu(Gelu(x)) twice: once with a rank-2 input (fires), once rank 3 (a near miss)."""
+    graph = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Input", "name": "a", "shape": [2, 3]},
+        {"id": 1, "op": "Gelu", "inputs": [0], "shape": [2, 3]},
+        {"id": 2, "op": "Relu", "inputs": [1], "shape": [2, 3]},
+        {"id": 3, "op": "Input", "name": "b", "shape": [2, 3, 4]},
+        {"id": 4, "op": "Gelu", "inputs": [3], "shape": [2, 3, 4]},
+        {"id": 5, "op": "Relu", "inputs": [4], "shape": [2, 3, 4]}], "outputs": [2, 5]}
+    path.write_text(json.dumps(graph))
+    return path
+
+
+def test_cli_explain_says_how_often_a_rule_fired_and_explains_the_graph_before_its_phase(tmp_path, capsys):
+    rules_path = tmp_path / "r.rlxr"
+    rules_path.write_text(GELU_RULES)
+    graph = _two_gelus(tmp_path / "g.json")
+    assert main(["explain", str(graph), "-r", str(rules_path), "--rule", "relu_of_gelu", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "relu_of_gelu fired 1 time\n" in out
+    # the candidate it fired on is not reported as failing; the rank-3 one is, with its values
+    assert "relu_of_gelu at %5 Relu" in out and "rank(x) == 2 failed: 3 == 2" in out, out
+    assert "%2 Relu" not in out
+
+
+def test_explain_records_describe_the_graph_as_the_phase_found_it(tmp_path):
+    import rlx_rules
+
+    rules = rlx_rules.compile_text(GELU_RULES + """
+rule gelu_to_approx { match { g = Gelu(x) } where rank(x) == 3 rewrite g => GeluApprox(x) }
+""")
+    # gelu_to_approx fires on node 4 in the same phase; relu_of_gelu's miss at node 5 still sees the Gelu
+    records = rules.explain(json.loads(_two_gelus(tmp_path / "g.json").read_text()), rule="relu_of_gelu", all=True)
+    assert [r.root for r in records] == [5] and records[0].structure_matched
+
+
+def test_cli_explain_without_candidates_does_not_claim_they_matched(tmp_path, capsys):
+    rules_path = tmp_path / "r.rlxr"
+    rules_path.write_text("rule s { match { t = Tanh(x) } rewrite t => Relu(x) }\n")
+    graph = _two_gelus(tmp_path / "g.json")
+    assert main(["explain", str(graph), "-r", str(rules_path)]) == 0
+    out = capsys.readouterr().out
+    assert "every candidate matched" not in out and "no candidate that failed a check" in out

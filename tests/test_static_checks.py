@@ -75,8 +75,11 @@ def test_bundled_library_is_clean_and_strict_check_fails_on_warnings(tmp_path, c
     path = tmp_path / "ov.rlxr"
     path.write_text(rule("a") + rule("b"))
     assert main(["check", str(path)]) == ExitCode.OK
+    capsys.readouterr()
     assert main(["check", "--strict", str(path)]) == ExitCode.RULE_ERROR
-    assert "ov.rlxr:2:6: warning: rules 'a'" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "ov.rlxr:2:6: warning: rules 'a'" in out.err
+    assert "1 warning treated as errors (--strict)" in out.err and "ok" not in out.out
 
 
 def test_a_name_used_twice_means_one_node_and_graphs_stay_acyclic():

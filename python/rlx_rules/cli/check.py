@@ -14,12 +14,14 @@ def run(args: argparse.Namespace) -> int:
     rules = compile_rules(args.rules)
     for w in rules.warnings:
         print(w.format(), file=sys.stderr)
+    if args.strict and rules.warnings:
+        n = len(rules.warnings)
+        print(f"{n} warning{'s' if n != 1 else ''} treated as errors (--strict)", file=sys.stderr)
+        return ExitCode.RULE_ERROR
     if not args.quiet:
         params = ", ".join(p["name"] for p in rules.program["params"]) or "none"
         print(f"ok: {len(rules.rule_names)} rules in {len(rules.phases)} phases "
               f"({', '.join(rules.phases)}); params: {params}")
-    if args.strict and rules.warnings:
-        return ExitCode.RULE_ERROR
     return ExitCode.OK
 
 
