@@ -13,13 +13,22 @@ def run(args: argparse.Namespace) -> int:
     from ..tools.explain import format_miss
 
     rules = load_rules(*args.rules, params=parse_sets(args.set))
-    records = rules.explain(load_graph_arg(args), rule=args.rule, node=args.node, all=args.all)
+    graph = load_graph_arg(args)
+    records = rules.explain(graph, rule=args.rule, node=args.node, all=args.all)
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=2))
-    elif not records:
-        print("nothing to explain: every candidate matched (see `rlx-rules apply` for what fired)")
-    else:
+        return ExitCode.OK
+    # What fired, then the candidates where it did not (on the graph as each rule's phase found it).
+    _, report = rules.apply(graph)
+    fired = {name: s.fired for name, s in report.rules.items() if s.fired and args.rule in (None, name)}
+    for name, n in fired.items():
+        print(f"{name} fired {n} time{'s' if n != 1 else ''}")
+    if records:
         print("\n".join(format_miss(r) for r in records))
+    elif not fired:
+        what = f"rule {args.rule!r} has" if args.rule else "the rules have"
+        print(f"nothing to explain: {what} no candidate that failed a check (no node of the root's op, "
+              "or every match was refused as unsafe: see `rlx-rules apply`)")
     return ExitCode.OK
 
 
