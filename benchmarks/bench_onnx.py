@@ -4,6 +4,8 @@
     python benchmarks/bench_onnx.py speed --layers 2,4,8,16,32,64,128,192 [--peers-max 192] [--repeat 5]
     python benchmarks/bench_onnx.py stack 24 -o /tmp/bert24.onnx   # just write a stacked BERT
     python benchmarks/bench_onnx.py phases 192 [--repeat 7]           # where rlx-rules' import+apply time goes
+    python benchmarks/bench_onnx.py run [--files bert,llama] [--realistic DIR] [--threads 1,2]   # ORT latency table
+                                   # (DIR: from benchmarks/onnx_realistic_export.py, run with a torch environment)
 
 The stacks are built from the corpus BERT (legacy export) with the onnx package: the encoder layer's nodes and
 initializers are copied N times under new names and chained (every copy has layer 0's weights). Peers that are not
@@ -343,6 +345,15 @@ def main(argv=None) -> None:
     ph.add_argument("n", type=int, nargs="?", default=192)
     ph.add_argument("--repeat", type=int, default=7)
     ph.add_argument("--onnx", help="an ONNX file to use instead of a stack of n layers")
+    rp = sub.add_parser("run", help="ONNX Runtime latency: original, ORT optimizer, onnxscript, rlx-rules")
+    rp.add_argument("--files", help="corpus files whose name contains one of these (comma-separated)")
+    rp.add_argument("--no-corpus", action="store_true")
+    rp.add_argument("--realistic", metavar="DIR", help="folder of realistic-size exports (onnx_realistic_export.py)")
+    rp.add_argument("--seq", type=int, default=128)
+    rp.add_argument("--threads", default="1,2")
+    rp.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per variant and thread count")
+    rp.add_argument("--workdir", default=None)
+    rp.add_argument("--json", action="store_true", help="also print each row as JSON as it is measured")
     st = sub.add_parser("stack")
     st.add_argument("n", type=int)
     st.add_argument("-o", required=True)
@@ -353,6 +364,9 @@ def main(argv=None) -> None:
         speed(args)
     elif args.cmd == "phases":
         phases(args)
+    elif args.cmd == "run":
+        from bench_onnx_run import run
+        run(args)
     else:
         print(stack_bert(args.n, args.o))
 

@@ -1,0 +1,218 @@
+"""`bench_onnx.py run`: ONNX Runtime latency (medians, all session optimizations on, 1 and 2 threads) of each model
+as exported, after ONNX Runtime's transformers optimizer, after onnxscript's optimize_for_ort, and after
+`rlx-rules optimize`; every variant is pinned to the benchmark's input shapes and checked against the original."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus"
+TORCH_PYTHON = Path(os.environ.get("RLX_TORCH_PYTHON", "/work/corpus-venv/bin/python"))
+REALISTIC = {  # file stem -> (ORT optimizer model type, heads, hidden)
+    "bert_base": ("bert", 12, 768),
+    "llama_768": ("gpt2", 12, 768),
+}
+VARIANTS = ("original", "ort_optimizer", "onnxscript", "rlx_rules")
+ONNXSCRIPT = """
+import sys, traceback
+import onnx_ir as ir
+from onnxscript.rewriter.ort_fusions import optimize_for_ort
+for src, dst in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        model, _ = optimize_for_ort(ir.load(src))
+        ir.save(model, dst)
+        print("ok", dst, flush=True)
+    except Exception as e:
+        print("error", dst, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "", flush=True)
+"""
+
+
+def pin(src: Path, dst: Path, shapes: dict) -> None:
+    """A copy of the model whose inputs have static shapes, without the exporter's value_info."""
+    import onnx
+
+    model = onnx.load(str(src))
+    for inp in model.graph.input:
+        if inp.name in shapes:
+            dims = inp.type.tensor_type.shape.dim
+            for d, n in zip(dims, shapes[inp.name]):
+                d.Clear()
+                d.dim_value = int(n)
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    onnx.save(model, str(dst), save_as_external_data=model.ByteSize() > 1.8e9)
+
+
+def ort_optimizer(src: Path, dst: Path, model_type: str, heads: int, hidden: int) -> str:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    m = optimize_model(str(src), model_type=model_type, num_heads=heads, hidden_size=hidden, opt_level=0)
+    m.save_model_to_file(str(dst))
+    return "ok"
+
+
+def onnxscript_all(pairs: list[tuple[Path, Path]]) -> dict[Path, str]:
+    """onnxscript's optimize_for_ort on every (src, dst) pair, in the torch environment (one process)."""
+    if not TORCH_PYTHON.exists():
+        return {dst: f"not run: no {TORCH_PYTHON}" for _, dst in pairs}
+    args = [str(p) for pair in pairs for p in pair]
+    r = subprocess.run([str(TORCH_PYTHON), "-c", ONNXSCRIPT, *args], capture_output=True, text=True, timeout=3600)
+    status = {dst: f"error: {r.stderr.strip().splitlines()[-1][:200] if r.stderr.strip() else 'no output'}"
+              for _, dst in pairs}
+    for line in r.stdout.splitlines():
+        word, dst, *rest = line.split(" ", 2)
+        status[Path(dst)] = "ok" if word == "ok" else "error: " + " ".join(rest)
+    return status
+
+
+def ours(src: Path, dst: Path, shapes: dict) -> str:
+    from rlx_rules.onnx.export import optimize_onnx
+
+    optimize_onnx(str(src), str(dst), input_shapes=shapes)
+    return "ok"
+
+
+def session(path: Path, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def latency_ms(sess, feed: dict, budget_s: float, max_runs: int) -> float:
+    names = [i.name for i in sess.get_inputs()]
+    feed = {k: feed[k] for k in names}
+    for _ in range(2):
+        sess.run(None, feed)
+    times, t_end = [], time.perf_counter() + budget_s
+    while len(times) < max_runs and (len(times) < 5 or time.perf_counter() < t_end):
+        t0 = time.perf_counter()
+        sess.run(None, feed)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def measure(name: str, src: Path, feed: dict, model_type: str, heads: int, hidden: int, work: Path,
+            threads: list[int], budget_s: float, max_runs: int, onnxscript_status: dict) -> dict:
+    shapes = {k: list(v.shape) for k, v in feed.items()}
+    paths = {v: work / f"{name}.{v}.onnx" for v in VARIANTS}
+    status = {"original": "ok", "onnxscript": onnxscript_status.get(paths["onnxscript"], "not run")}
+    for variant, make in (("ort_optimizer", lambda: ort_optimizer(paths["original"], paths["ort_optimizer"],
+                                                                  model_type, heads, hidden)),
+                          ("rlx_rules", lambda: ours(paths["original"], paths["rlx_rules"], shapes))):
+        try:
+            status[variant] = make()
+        except Exception as e:  # noqa: BLE001 - a variant that fails is reported, not fatal
+            status[variant] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    row = {"file": name, "status": status, "ms": {}, "max_abs_diff": {}}
+    ref = None
+    for variant in VARIANTS:
+        if status[variant] != "ok":
+            continue
+        try:
+            sess = session(paths[variant], threads[0])
+            out = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()})[0]
+        except Exception as e:  # noqa: BLE001
+            status[variant] = f"fails to run: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            continue
+        if ref is None:
+            ref = out
+        diff = float(np.nanmax(np.abs(out.astype(np.float64) - ref))) if out.shape == ref.shape else float("inf")
+        row["max_abs_diff"][variant] = diff
+        for t in threads:
+            s = sess if t == threads[0] else session(paths[variant], t)
+            row["ms"].setdefault(variant, {})[t] = latency_ms(s, feed, budget_s, max_runs)
+    return row
+
+
+def corpus_cases(files: list[str]) -> list[tuple]:
+    manifest = json.loads((CORPUS / "manifest.json").read_text())
+    cases = []
+    for e in manifest["files"]:
+        if not e.get("exported") or not e.get("file"):
+            continue
+        stem = e["file"][: -len(".onnx")]
+        if files and not any(f in stem for f in files):
+            continue
+        feed = dict(np.load(CORPUS / f"{stem}.inputs.npz"))
+        cases.append((stem, CORPUS / e["file"], feed, e["ort_optimizer"]["model_type"], e["heads"], e["hidden"]))
+    return cases
+
+
+def realistic_cases(folder: Path, seq: int) -> list[tuple]:
+    cases = []
+    rng = np.random.default_rng(0)
+    for path in sorted(folder.glob("*.onnx")):
+        key = path.name.split(".")[0]
+        if key not in REALISTIC:
+            continue
+        model_type, heads, hidden = REALISTIC[key]
+        feed = {"input_ids": rng.integers(0, 1000, (1, seq)).astype(np.int64),
+                "attention_mask": np.ones((1, seq), np.int64)}
+        cases.append((path.name[: -len(".onnx")], path, feed, model_type, heads, hidden))
+    return cases
+
+
+def cell(row: dict, variant: str, t: int) -> str:
+    ms = row["ms"].get(variant, {}).get(t)
+    if ms is None:
+        return row["status"][variant].split(":")[0]
+    bad = row["max_abs_diff"].get(variant, 0) > 1e-3
+    return f"{ms:.3f}" + (" (differs)" if bad else "")
+
+
+def print_table(rows: list[dict], threads: list[int]) -> None:
+    print("| file | threads | original ms | ORT optimizer ms | onnxscript ms | rlx-rules ms | vs best other | "
+          "vs original | rlx-rules max diff |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        for t in threads:
+            ours_ms = row["ms"].get("rlx_rules", {}).get(t)
+            others = [row["ms"][v][t] for v in VARIANTS[:3] if t in row["ms"].get(v, {})
+                      and row["max_abs_diff"].get(v, 0) <= 1e-3]
+            vs_best = f"{min(others) / ours_ms:.2f}x" if ours_ms and others else "-"
+            orig = row["ms"].get("original", {}).get(t)
+            vs_orig = f"{orig / ours_ms:.2f}x" if ours_ms and orig else "-"
+            diff = row["max_abs_diff"].get("rlx_rules")
+            print(f"| {row['file']} | {t} | " + " | ".join(cell(row, v, t) for v in VARIANTS) +
+                  f" | {vs_best} | {vs_orig} | {'-' if diff is None else f'{diff:.1e}'} |", flush=True)
+
+
+def run(args) -> None:
+    threads = [int(t) for t in args.threads.split(",")]
+    cases = []
+    if not args.no_corpus:
+        cases += corpus_cases([f for f in (args.files or "").split(",") if f])
+    if args.realistic:
+        cases += realistic_cases(Path(args.realistic), args.seq)
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        work = Path(tmp)
+        for name, src, feed, *_ in cases:
+            pin(src, work / f"{name}.original.onnx", {k: v.shape for k, v in feed.items()})
+        onnxscript_status = onnxscript_all([(work / f"{c[0]}.original.onnx", work / f"{c[0]}.onnxscript.onnx")
+                                            for c in cases])
+        rows = []
+        for name, src, feed, model_type, heads, hidden in cases:
+            big = (work / f"{name}.original.onnx").stat().st_size > 50e6
+            rows.append(measure(name, src, feed, model_type, heads, hidden, work, threads,
+                                args.budget * (4 if big else 1), 30 if big else 200, onnxscript_status))
+            for v in VARIANTS:
+                if v != "original":
+                    (work / f"{name}.{v}.onnx").unlink(missing_ok=True)
+            if args.json:
+                print(json.dumps(rows[-1]), flush=True)
+    print_table(rows, threads)
