@@ -12,6 +12,10 @@ All three are warnings (errors with `rlx-rules check --strict`), each naming the
   the next one's root could match (same op, no attribute literal ruled out), unless every rule in
   the cycle shrinks the graph. At run time the iteration cap stops such a phase, and the report
   says "cap reached".
+
+The analysis is bounded (docs/security.md): each later rule gets at most one shadowing and one overlap
+warning, at most MAX_PAIR_CHECKS rule pairs (and termination walk steps) are examined, and at most
+MAX_WARNINGS warnings are kept; one last warning says what was left out.
 """
 
 from __future__ import annotations
@@ -24,6 +28,23 @@ from .scope import CheckedRules, RuleScope, absorbed, pattern_children
 from ..errors import Diagnostic
 
 MAX_DEPTH = 8
+MAX_WARNINGS = 100  # per analysis; the rest are counted in one closing warning
+MAX_PAIR_CHECKS = 200_000  # rule pairs compared (and termination walk steps) per analysis
+
+
+class _Budget:
+    """How many more rule pairs or walk steps the analysis may examine; `take` is False once spent."""
+
+    def __init__(self, steps: int):
+        self.left = steps
+        self.spent = False
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            self.spent = True
+            return False
+        self.left -= 1
+        return True
 
 
 @dataclass
@@ -360,42 +381,64 @@ def analyze(checked: CheckedRules, registry, sources: dict[str, str]) -> list[Di
         return lines[loc.line - 1] if 0 < loc.line <= len(lines) else None
 
     warnings: list[Diagnostic] = []
+    budget = _Budget(MAX_PAIR_CHECKS)
     order = {id(s): i for i, s in enumerate(checked.rules)}
     for phase in checked.phases:
         members = sorted((s for s in checked.rules if s.phase == phase.name),
                          key=lambda s: (-s.rule.priority, order[id(s)]))
         trees = {id(s): pattern_tree(s, registry, side=s.rule.name) for s in members}
         root_ops = {id(s): frozenset(s.slots[s.roots[0]].pattern.ops) if s.roots else frozenset() for s in members}
-        # one warning per later rule: the first earlier rule it overlaps with, and how many others
-        overlaps: dict[int, list[RuleScope]] = {}
-        for i, first in enumerate(members):
-            for later in members[i + 1:]:
-                a, b = trees[id(first)], trees[id(later)]
+        unguarded = {id(s) for s in members if not _has_guards(s) and not _uses_names_twice(s)}
+        # one warning per later rule: the first earlier rule that shadows it, or else the first it overlaps
+        # with and how many others (a count, not a list: memory stays linear in the rules)
+        overlaps: dict[int, tuple[RuleScope, int]] = {}
+        for j, later in enumerate(members):
+            b = trees[id(later)]
+            for first in members[:j]:
+                a = trees[id(first)]
                 if a is None or b is None or not (root_ops[id(first)] & root_ops[id(later)]):
                     continue  # different root ops never overlap, nor shadow each other
-                if not _has_guards(first) and not _uses_names_twice(first) and subsumes(a, b):
+                if not budget.take():
+                    break
+                if id(first) in unguarded and subsumes(a, b):
                     warnings.append(Diagnostic(later.rule.loc, (
                         f"rule {later.rule.name!r} is shadowed: {first.rule.name!r} ({first.rule.loc}) runs first in "
                         f"phase {phase.name!r}, has no guards and matches everything it matches"),
                         "warning", line(later.rule.loc)))
-                elif first.rule.priority == later.rule.priority and can_overlap(a, b):
-                    overlaps.setdefault(id(later), []).append(first)
+                    overlaps.pop(id(later), None)
+                    break
+                if first.rule.priority == later.rule.priority and can_overlap(a, b):
+                    seen = overlaps.get(id(later))
+                    overlaps[id(later)] = (first, 1) if seen is None else (seen[0], seen[1] + 1)
         for later in members:
-            firsts = overlaps.get(id(later))
-            if not firsts:
+            if id(later) not in overlaps:
                 continue
-            first = firsts[0]
-            others = f" (and {len(firsts) - 1} more earlier rules)" if len(firsts) > 1 else ""
+            first, count = overlaps[id(later)]
+            others = f" (and {count - 1} more earlier rules)" if count > 1 else ""
             warnings.append(Diagnostic(later.rule.loc, (
                 f"rules {first.rule.name!r} ({first.rule.loc}) and {later.rule.name!r} overlap{others}: both can match "
                 f"the same root in phase {phase.name!r} at priority {first.rule.priority}; "
                 f"{first.rule.name!r} is tried first (give one a priority, or guards that tell them apart)"),
                 "warning", line(later.rule.loc)))
-        warnings.extend(_termination(phase, members, line, registry))
+        warnings.extend(_termination(phase, members, line, registry, budget))
+    return _summarized(warnings, budget, len(checked.rules))
+
+
+def _summarized(warnings: list[Diagnostic], budget: _Budget, n_rules: int) -> list[Diagnostic]:
+    """At most MAX_WARNINGS warnings, then one that counts the rest and says if the analysis stopped early."""
+    notes = []
+    if len(warnings) > MAX_WARNINGS:
+        notes.append(f"{len(warnings) - MAX_WARNINGS} more warnings of the rule analysis are not shown")
+        warnings = warnings[:MAX_WARNINGS]
+    if budget.spent:
+        notes.append(f"the rule analysis stopped after {MAX_PAIR_CHECKS} rule pairs ({n_rules} rules): overlaps, "
+                     "shadowing and cycles past that point are not reported")
+    if notes:
+        warnings.append(Diagnostic(None, "; ".join(notes), "warning"))
     return warnings
 
 
-def _termination(phase, members: list[RuleScope], line, registry) -> list[Diagnostic]:
+def _termination(phase, members: list[RuleScope], line, registry, budget: _Budget) -> list[Diagnostic]:
     """Cycles of rules where each replaces its root with a node the next rule's root could match.
 
     A cycle in which every rule removes more nodes than it creates cannot go on forever (the graph
@@ -418,11 +461,23 @@ def _termination(phase, members: list[RuleScope], line, registry) -> list[Diagno
         """Whether b's pattern could match a node that a's rewrite puts in place of a's root."""
         return any(can_overlap(made, patterns[b]) for made in results[a])
 
-    edges = {a: sorted(b for b in roots if feeds(a, b)) for a in roots}
+    # only rules whose root op is among the ops a rewrite makes are compared (an index, not every pair)
+    by_op: dict[object, list[str]] = {}
+    for b, tree in patterns.items():
+        for op in (tree.ops if tree is not None and tree.ops is not None else (None,)):
+            by_op.setdefault(op, []).append(b)
+
+    def candidates(a: str) -> set[str]:
+        ops = {op for made in results[a] for op in (made.ops if made.ops is not None else by_op)}
+        return {b for op in ops | {None} for b in by_op.get(op, ())}
+
+    edges = {a: sorted(b for b in candidates(a) if budget.take() and feeds(a, b)) for a in roots}
     found, seen_cycles = [], set()
 
     def walk(start: str, node: str, path: list[str]) -> None:
         for nxt in edges.get(node, ()):
+            if not budget.take():
+                return
             if nxt == start:
                 cycle = tuple(sorted(path))
                 if cycle not in seen_cycles and not all(shrinks(roots[r]) for r in path):
