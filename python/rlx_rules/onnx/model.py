@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from typing import Any, Mapping, Optional, Sequence
 
@@ -17,6 +18,25 @@ def _needs_shape_inference(model) -> bool:
     return any(o and o not in have for n in model.graph.node for o in n.output)
 
 
+MAX_MODEL_BYTES = 2**31 - 1  # protobuf's own limit on one message; larger models keep weights as external data
+
+
+def check_model_file(path: str) -> None:
+    """Refuse, before reading, a model path that is not a regular file (a FIFO or /dev/zero would be read
+    without end) or that is larger than protobuf can parse."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as e:
+        raise OnnxImportError(f"cannot read {path}: no such file") from e
+    except OSError as e:
+        raise OnnxImportError(f"cannot read {path}: {e.strerror or e}") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise OnnxImportError(f"cannot read {path}: not a regular file")
+    if st.st_size > MAX_MODEL_BYTES:
+        raise OnnxImportError(f"cannot read {path}: {st.st_size} bytes, more than an ONNX model can hold "
+                              f"({MAX_MODEL_BYTES}); keep the weights as external data")
+
+
 def load_model(model_or_path, *, infer_shapes: bool = True, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                max_elements: int = MAX_ELEMENTS) -> "onnx.ModelProto":
     """Load an ONNX model (path or ModelProto) with its external data, inline its local functions and run ONNX
@@ -29,6 +49,7 @@ def load_model(model_or_path, *, infer_shapes: bool = True, input_shapes: Option
     if isinstance(model_or_path, (str, os.PathLike)):
         path = os.fspath(model_or_path)
         base_dir = os.path.dirname(os.path.abspath(path))
+        check_model_file(path)
         try:
             model = onnx.load(path, load_external_data=False)
         except FileNotFoundError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -139,6 +140,9 @@ def from_rlx_json(data: Union[str, bytes, dict]) -> dict:
             "outputs": list(data["outputs"])}
 
 
+MAX_RLX_JSON_BYTES = 1 << 30  # as the graph.json loader's default
+
+
 def import_rlx_json(path_or_data, output_path=None):
     """A Graph from RLX's serde JSON (a path, a JSON string or a dict); written to `output_path` if given."""
     from ..graph import Graph
@@ -148,9 +152,13 @@ def import_rlx_json(path_or_data, output_path=None):
         source = path_or_data
         try:
             with open(path_or_data, "rb") as f:
-                path_or_data = f.read()
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise GraphError(f"cannot read {os.fspath(source)}: not a regular file")
+                path_or_data = f.read(MAX_RLX_JSON_BYTES + 1)
         except OSError as e:
             raise GraphError(f"cannot read {os.fspath(path_or_data)}: {e.strerror}") from e
+        if len(path_or_data) > MAX_RLX_JSON_BYTES:
+            raise GraphError(f"cannot read {os.fspath(source)}: more than {MAX_RLX_JSON_BYTES} bytes")
     graph = Graph.from_dict(from_rlx_json(path_or_data))
     if output_path is not None:
         graph.write(os.fspath(output_path), pretty=True, inputs=[source])
