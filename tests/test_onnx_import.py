@@ -77,7 +77,7 @@ def test_unknown_dims_get_symbols_and_constants_fold():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Gather", ["s", "i1"], ["d1"], axis=0),
              helper.make_node("Unsqueeze", ["d1", "ax0"], ["d1v"]),
-             helper.make_node("Concat", ["one", "d1v"], ["shape"], axis=0),
+             helper.make_node("Concat", ["d1v", "one"], ["shape"], axis=0),
              helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")]
     inits = [numpy_helper.from_array(np.array(1, dtype=np.int64), "i1"),
              numpy_helper.from_array(np.array([0], dtype=np.int64), "ax0"),
@@ -86,7 +86,7 @@ def test_unknown_dims_get_symbols_and_constants_fold():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])
     data = convert(_model(nodes, [x], [y], inits, opset=17)).graph
     r = next(n for n in data["nodes"] if n.get("name") == "r")
-    assert r["attrs"] == {"new_shape": [4, 6]} and r["op"] == "Reshape"  # Shape→Gather→Concat folded
+    assert r["attrs"] == {"new_shape": [6, 4]} and r["op"] == "Reshape"  # Shape→Gather→Concat folded
     assert [n["op"] for n in data["nodes"]] == ["Input", "Reshape"]  # the folded chain is gone
 
 

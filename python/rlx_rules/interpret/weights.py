@@ -44,7 +44,7 @@ def load_weights(graph) -> dict[str, np.ndarray]:
             head = f.read(4)
     except OSError as e:
         raise GraphError(f"cannot read {where}: {e.strerror or e}") from e
-    if head != b"PK\x03\x04":  # else np.load would try it as a pickle and say "contains pickled data"
+    if head not in (b"PK\x03\x04", b"PK\x05\x06"):  # an entry or an empty archive; else np.load would try it as a pickle and say "contains pickled data"
         raise GraphError(f"cannot read {where}: it is not an .npz archive (it starts with {head!r})")
     try:
         with np.load(path, allow_pickle=False) as data:

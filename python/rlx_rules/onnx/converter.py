@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import OnnxImportError
 from ..graph_builder import GraphBuilder
+from .canonical import canonicalize
 from .common import BINARY, COMPARE, DTYPES, FOLDED_INPUTS, MIN_OPSET, REDUCE, SUPPORTED_DOMAINS, UNARY, f32_json, gc_paused, numpy_helper, onnx, rlx_ops_named, tensor_array, value_to_json
 from .folding import FOLDERS, FOLD_MAX, NoFold, fold_int_list
 from .model import constant_size
@@ -186,7 +187,7 @@ class Converter(OpConverters):
             self.tensors[inp.name] = len(self.nodes) - 1
         for node in self.in_order:
             self.convert(node)
-        outputs = [self.value(o.name) for o in self.graph.output]
+        outputs = canonicalize(self.nodes, [self.value(o.name) for o in self.graph.output])
         nodes, outputs = prune(self.nodes, outputs)
         refine_shapes(nodes)
         self.builder.nodes[:] = nodes

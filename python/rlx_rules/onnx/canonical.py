@@ -1,0 +1,171 @@
+"""Import-time canonical forms: the one shape of a computation that every exporter's variant of it is rewritten to.
+
+Each step keeps values exactly (it only removes, merges or reorders data movement):
+- a Reshape, Expand, Cast or Identity-like node whose output is its input (same shape, same dtype) is removed;
+- Reshape(Reshape(x)) is Reshape(x) (both are row-major);
+- Reshape(Transpose(m)) that only splits m's first axis, which the Transpose keeps in place, is
+  Transpose(Reshape(m)) (SDPA's kᵀ: a 3-D Transpose of a [B·H, S, D] Reshape becomes Transpose{0, 1, 3, 2} of
+  [B, H, S, D], the Reshape pair collapsing into one, or none);
+- a one-element Constant that only feeds broadcasting ops, none of which it makes any bigger, is a scalar;
+- a scalar Constant used by several nodes gets one copy per use, so that patterns can bind each use on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .shapes import is_unknown
+
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or",
+                 "Xor", "Where"}
+
+
+def _static(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def _known(shape) -> bool:
+    return shape is not None and not any(is_unknown(d) for d in shape)
+
+
+def _same_shape(a: dict, b: dict) -> bool:
+    return _known(a.get("shape")) and a.get("shape") == b.get("shape")
+
+
+def _split_then_transpose(m: dict, t: dict, out: dict) -> Optional[tuple[list[int], list[int]]]:
+    """For out = Reshape(Transpose(m)) where the Transpose keeps m's first axis first and the Reshape only splits
+    that axis into out's leading dims: (the shape that splits m's first axis the same way, the Transpose perm on
+    it). Splitting the first axis commutes with permuting the others (row-major), so out = Transpose(Reshape(m))."""
+    ms, os_ = m.get("shape"), out.get("shape")
+    perm = t.get("attrs", {}).get("perm")
+    if not (_static(ms) and _static(os_)) or not perm or perm[0] != 0 or len(perm) != len(ms):
+        return None
+    j = len(os_) - (len(ms) - 1)
+    if j < 1 or int(np.prod(os_[:j], dtype=np.int64)) != ms[0] or list(os_[j:]) != [ms[p] for p in perm[1:]]:
+        return None
+    return list(os_[:j]) + list(ms[1:]), list(range(j)) + [j - 1 + p for p in perm[1:]]
+
+
+class Canonicalizer:
+    """Rewrites a converter's node list (dicts in topological list order) in place; see the module docstring."""
+
+    def __init__(self, nodes: list[dict], outputs: list[int]):
+        self.nodes = nodes
+        self.outputs = outputs
+        self.by_id = {n["id"]: n for n in nodes}
+        self.repl: dict[int, int] = {}
+
+    def resolve(self, i: int) -> int:
+        while i in self.repl:
+            i = self.repl[i]
+        return i
+
+    def run(self) -> list[int]:
+        self.out: list[dict] = []
+        self.next_id = max(self.by_id) + 1 if self.by_id else 0
+        for n in self.nodes:
+            self.add(n)
+        self.nodes[:] = self.out
+        self.outputs = [self.resolve(o) for o in self.outputs]
+        self.scalar_constants()
+        self.unshare_scalars()
+        return self.outputs
+
+    def add(self, n: dict) -> None:
+        if "inputs" in n:
+            n["inputs"] = [self.resolve(i) for i in n["inputs"]]
+        self.visit(n)
+        self.out.append(n)
+
+    def new_node(self, op: str, inputs: list[int], attrs: dict, shape: list, dtype) -> int:
+        """A node added before the one being visited (and visited itself); returns its id (after resolving)."""
+        n = {"id": self.next_id, "op": op, "inputs": inputs, "attrs": attrs, "shape": shape}
+        if dtype is not None:
+            n["dtype"] = dtype
+        self.next_id += 1
+        self.by_id[n["id"]] = n
+        self.add(n)
+        return self.resolve(n["id"])
+
+    def visit(self, n: dict) -> None:
+        op = n["op"]
+        ins = [self.by_id[i] for i in n.get("inputs", ())]
+        if op == "Reshape" and ins:
+            src = ins[0]
+            if src["op"] == "Reshape" and src.get("inputs"):  # Reshape(Reshape(x)) -> Reshape(x)
+                n["inputs"] = [src["inputs"][0]]
+                src = self.by_id[src["inputs"][0]]
+            if _same_shape(n, src):
+                self.repl[n["id"]] = src["id"]
+                return
+            if src["op"] == "Transpose" and src.get("inputs"):
+                m = self.by_id[src["inputs"][0]]
+                found = _split_then_transpose(m, src, n)
+                if found is not None:
+                    split = self.new_node("Reshape", [m["id"]], {"new_shape": found[0]}, found[0], m.get("dtype"))
+                    n["op"], n["attrs"], n["inputs"] = "Transpose", {"perm": found[1]}, [split]
+            return
+        if op in ("Expand", "OnnxExpand") and ins and _same_shape(n, ins[0]):
+            self.repl[n["id"]] = ins[0]["id"]
+        elif op == "Cast" and ins and n.get("attrs", {}).get("to") == ins[0].get("dtype") and _same_shape(n, ins[0]):
+            self.repl[n["id"]] = ins[0]["id"]
+
+    def users(self) -> dict[int, list[dict]]:
+        out: dict[int, list[dict]] = {}
+        for n in self.nodes:
+            for i in n.get("inputs", ()):
+                out.setdefault(i, []).append(n)
+        return out
+
+    def scalar_constants(self) -> None:
+        """A one-element Constant [1, ..] feeding only broadcasting ops, each of which has another operand of at
+        least its rank, becomes a scalar (its size-1 dims change no output)."""
+        users = self.users()
+        outs = set(self.outputs)
+        for n in self.nodes:
+            shape = n.get("shape")
+            if n["op"] != "Constant" or not shape or not _static(shape) or int(np.prod(shape)) != 1:
+                continue
+            if "value" not in n.get("attrs", {}) or n["id"] in outs or not users.get(n["id"]):
+                continue
+            ok = True
+            for u in users[n["id"]]:
+                others = [self.by_id[i].get("shape") for i in u.get("inputs", ()) if i != n["id"]]
+                if u["op"] not in _BROADCASTING or not others or any(s is None for s in others) \
+                        or max(len(s) for s in others) < len(shape):
+                    ok = False
+                    break
+            if ok:
+                n["attrs"]["value"] = np.asarray(n["attrs"]["value"], dtype=object).reshape(-1)[0]
+                n["shape"] = []
+
+    def unshare_scalars(self) -> None:
+        """One copy of a scalar inline Constant per use (the first use keeps the original)."""
+        users = self.users()
+        next_id = max(self.by_id) + 1 if self.by_id else 0
+        out: list[dict] = []
+        first_used: set[int] = set()
+        for n in self.nodes:
+            ins = n.get("inputs", ())
+            for k, i in enumerate(ins):
+                c = self.by_id[i]
+                if c["op"] != "Constant" or c.get("shape") != [] or "value" not in c.get("attrs", {}) \
+                        or len(users.get(i, ())) + (i in self.outputs) < 2:
+                    continue
+                if i not in first_used:
+                    first_used.add(i)
+                    continue
+                copy = dict(c, id=next_id, attrs=dict(c["attrs"]))
+                self.by_id[next_id] = copy
+                out.append(copy)
+                ins[k] = next_id
+                next_id += 1
+            out.append(n)
+        self.nodes[:] = out
+
+
+def canonicalize(nodes: list[dict], outputs: list[int]) -> list[int]:
+    """Canonical forms for `nodes` (in place; list order stays topological); returns the outputs' new ids."""
+    return Canonicalizer(nodes, outputs).run()
