@@ -290,26 +290,27 @@ class ExprTyper:
         if n < len(kinds) or (n > len(kinds) and not variadic):
             want = f"at least {len(kinds)}" if variadic else str(len(kinds))
             self.error(expr.loc, f"{expr.fn}() takes {want} argument{'s' if want != '1' else ''}, got {n}")
+        shown = {"index": "a list index p[i]", "slice": "a slice p[a:b]"}.get(expr.fn, f"{expr.fn}()")
         arg_types = []
         for i, arg in enumerate(expr.args):
             kind = kinds[min(i, len(kinds) - 1)]
             t = self.type_of(arg, names, depth)
             arg_types.append(t)
             if kind == "node" and t.kind not in ("node", "any"):
-                self.error(arg.loc, f"{expr.fn}() needs a bound node here, not a {t}")
+                self.error(arg.loc, f"{shown} needs a bound node here, not a {t}")
             elif kind == "int" and t.kind not in ("int", "dim", "any"):
-                self.error(arg.loc, f"{expr.fn}() needs an int here, not a {t}")
+                self.error(arg.loc, f"{shown} needs an int here, not a {t}")
             elif kind == "num" and not t.numeric:
-                self.error(arg.loc, f"{expr.fn}() needs a number here, not a {t}")
+                self.error(arg.loc, f"{shown} needs a number here, not a {t}")
             elif kind == "list" and t.kind not in ("list", "any"):
-                self.error(arg.loc, f"{expr.fn}() needs a list here, not a {t}")
+                self.error(arg.loc, f"{shown} needs a list here, not a {t}")
             elif kind == "value" and t.kind == "node" and expr.fn != "first":
                 self.error(arg.loc, f"{expr.fn}() takes dims or shapes, not a node (write shape(x))")
             elif kind == "bool" and t.kind not in ("bool", "any"):
-                self.error(arg.loc, f"{expr.fn}() needs a condition, not a {t}")
+                self.error(arg.loc, f"{shown} needs a condition, not a {t}")
             elif kind == "fact" and not (isinstance(arg, ast.Lit) and arg.value in FACTS):
                 hint = suggest(arg.value, FACTS) if isinstance(arg, ast.Lit) and isinstance(arg.value, str) else ""
-                self.error(arg.loc, f"{expr.fn}() needs a fact name in quotes, one of {', '.join(FACTS)}{hint}")
+                self.error(arg.loc, f"{shown} needs a fact name in quotes, one of {', '.join(FACTS)}{hint}")
             elif kind == "group" and not (isinstance(arg, ast.Name) and arg.id == self.group_name):
                 self.error(arg.loc, f"{expr.fn}() takes the name of the rule's group")
         # Reuse the argument types: typing them again doubled the work per nested call (2^depth).

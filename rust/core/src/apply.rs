@@ -295,6 +295,22 @@ fn run(
         let mut iterations = 0;
         let mut stop = StopReason::Fixpoint;
         let mut still_firing = Vec::new();
+        // Explain looks at the graph as the phase found it (after the phase, a rule's own rewrites would hide
+        // the candidates it fired on); which records are kept depends on what fired, known after the phase.
+        let mut phase_misses: Vec<(usize, Vec<MissRecord>)> = Vec::new();
+        if let Some(ex) = &options.explain {
+            for (k, &r) in phase.rules.iter().enumerate() {
+                let rule = &program.rules[r];
+                if ex.rule.as_ref().is_some_and(|name| *name != rule.name) {
+                    continue;
+                }
+                let records = match rule.gates.iter().find(|&&g| !gate_open(program, g, &work, &param_vals)) {
+                    Some(&g) => vec![explain_gate(program, g, rule, &phase.name, &work, &param_vals)],
+                    None => explain_rule(program, rule, &phase.name, &work, &param_vals, ex),
+                };
+                phase_misses.push((k, records));
+            }
+        }
         'iterations: while iterations < max_iterations {
             iterations += 1;
             let mut fired_now = vec![false; phase.rules.len()];
@@ -396,14 +412,9 @@ fn run(
             }
         }
         if let (Some(ex), None) = (&options.explain, &limit) {
-            for (k, &r) in phase.rules.iter().enumerate() {
-                let rule = &program.rules[r];
-                if ex.rule.as_ref().is_some_and(|name| *name != rule.name) || (ex.only_unfired && reports[k].fired > 0) {
-                    continue;
-                }
-                match rule.gates.iter().find(|&&g| !gate_open(program, g, &work, &param_vals)) {
-                    Some(&g) => near_misses.push(explain_gate(program, g, rule, &phase.name, &work, &param_vals)),
-                    None => near_misses.extend(explain_rule(program, rule, &phase.name, &work, &param_vals, ex)),
+            for (k, records) in phase_misses {
+                if !(ex.only_unfired && reports[k].fired > 0) {
+                    near_misses.extend(records);
                 }
             }
         }

@@ -348,8 +348,82 @@ impl<'a> Env<'a> {
                 Val::Float(f) => Ok(Val::Float(f.abs())),
                 other => fail(format!("abs() of a {}", other.kind())),
             },
+            Builtin::Index => {
+                let items = self.list(&args[0], "an index")?;
+                let Val::Int(k) = self.eval(&args[1])? else { return fail("a list index must be an int") };
+                let at = if k < 0 { k.checked_add(items.len() as i64) } else { Some(k) };
+                match at.filter(|&a| a >= 0 && (a as usize) < items.len()) {
+                    Some(a) => Ok(items[a as usize].clone()),
+                    None => fail(format!("index {k} is out of range for a list of {}", items.len())),
+                }
+            }
+            Builtin::Slice => {
+                let items = self.list(&args[0], "a slice")?;
+                let len = items.len() as i64;
+                let bound = |e: &Expr, default: i64| -> Result<usize, EvalError> {
+                    let k = match self.eval(e)? {
+                        Val::Null => default,
+                        Val::Int(k) if k < 0 => k.saturating_add(len),
+                        Val::Int(k) => k,
+                        other => return fail(format!("a slice bound must be an int or null, not a {}", other.kind())),
+                    };
+                    Ok(k.clamp(0, len) as usize)
+                };
+                let (a, b) = (bound(&args[1], 0)?, bound(&args[2], len)?);
+                Ok(Val::List(if a < b { items[a..b].to_vec() } else { Vec::new() }))
+            }
+            Builtin::Reverse => Ok(Val::List(self.list(&args[0], "reverse()")?.into_iter().rev().collect())),
+            Builtin::Compose => {
+                let p = perm(self.list(&args[0], "compose()")?)?;
+                let q = perm(self.list(&args[1], "compose()")?)?;
+                if p.len() != q.len() {
+                    return fail(format!("compose() of permutations of {} and {} items", p.len(), q.len()));
+                }
+                Ok(Val::List(q.iter().map(|&i| Val::Int(p[i] as i64)).collect()))
+            }
+            Builtin::IsIdentity => {
+                let items = self.list(&args[0], "is_identity()")?;
+                Ok(Val::Bool(items.iter().enumerate().all(|(i, v)| *v == Val::Int(i as i64))))
+            }
+            Builtin::IsPerm => Ok(Val::Bool(perm(self.list(&args[0], "is_perm()")?).is_ok())),
+            Builtin::Distinct => {
+                let mut nodes = Vec::with_capacity(args.len());
+                for a in args {
+                    let i = self.node(a)?;
+                    if nodes.contains(&i) {
+                        return Ok(Val::Bool(false));
+                    }
+                    nodes.push(i);
+                }
+                Ok(Val::Bool(true))
+            }
         }
     }
+
+    /// The list that `e` evaluates to (`what` names the use, for the error).
+    fn list(&self, e: &Expr, what: &str) -> Result<Vec<Val>, EvalError> {
+        match self.eval(e)? {
+            Val::List(items) => Ok(items),
+            other => fail(format!("{what} needs a list, not a {}", other.kind())),
+        }
+    }
+}
+
+/// The items of a permutation of 0..n-1, or an error if the list is not one.
+fn perm(items: Vec<Val>) -> Result<Vec<usize>, EvalError> {
+    let n = items.len();
+    let mut seen = vec![false; n];
+    let mut out = Vec::with_capacity(n);
+    for v in items {
+        match v {
+            Val::Int(i) if i >= 0 && (i as usize) < n && !seen[i as usize] => {
+                seen[i as usize] = true;
+                out.push(i as usize);
+            }
+            other => return fail(format!("{other} makes the list not a permutation of 0..{n}")),
+        }
+    }
+    Ok(out)
 }
 
 /// `equal` on JSON values without converting them; falls back to `equal` for anything but scalars.

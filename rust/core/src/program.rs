@@ -154,6 +154,16 @@ struct RawRule {
     group: Option<RawGroup>,
     #[serde(default)]
     group_guards: Vec<Value>,
+    /// `root => x`: the root's uses read a bound slot instead (the first case whose `when` holds).
+    #[serde(default)]
+    forward: Vec<RawForward>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawForward {
+    when: Option<Value>,
+    slot: usize,
 }
 
 #[derive(Deserialize)]
@@ -252,6 +262,13 @@ pub enum Builtin {
     Abs,
     Sqrt,
     HasFact,
+    Index,
+    Slice,
+    Reverse,
+    Compose,
+    IsIdentity,
+    IsPerm,
+    Distinct,
 }
 
 impl Builtin {
@@ -281,6 +298,13 @@ impl Builtin {
             "abs" => Builtin::Abs,
             "sqrt" => Builtin::Sqrt,
             "has_fact" => Builtin::HasFact,
+            "index" => Builtin::Index,
+            "slice" => Builtin::Slice,
+            "reverse" => Builtin::Reverse,
+            "compose" => Builtin::Compose,
+            "is_identity" => Builtin::IsIdentity,
+            "is_perm" => Builtin::IsPerm,
+            "distinct" => Builtin::Distinct,
             _ => return None,
         })
     }
@@ -370,6 +394,9 @@ pub struct Rule {
     pub code: Vec<Instr>,
     pub absorb: Vec<usize>,
     pub rewrite: Vec<NewNode>,
+    /// A forwarding rewrite (then `rewrite` is empty): the root's uses read the slot of the first case
+    /// whose condition holds (None: always).
+    pub forward: Vec<(Option<Expr>, usize)>,
     pub group: Option<Group>,
     /// Guards over the whole group, run once its members are collected.
     pub group_guards: Vec<Instr>,
@@ -740,7 +767,20 @@ impl ExprCtx<'_> {
             let each = node.each;
             rewrite.push(NewNode { name: node.name, op: node.op, inputs, attrs, shape, dtype, replaces: node.replaces, each });
         }
-        if !replaced || rewrite.iter().filter(|n| n.replaces.is_some()).count() != 1 {
+        let forward = r
+            .forward
+            .iter()
+            .map(|f| {
+                if f.slot == 0 || f.slot >= n {
+                    return err(format!("forward to slot {}, which is not a slot other than the root", f.slot));
+                }
+                Ok((f.when.as_ref().map(|e| self.expr(e, n, 0)).transpose()?, f.slot))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if !forward.is_empty() && (!rewrite.is_empty() || group.is_some()) {
+            return err("a forwarding rewrite builds no node and has no group");
+        }
+        if forward.is_empty() && (!replaced || rewrite.iter().filter(|n| n.replaces.is_some()).count() != 1) {
             return err("the rewrite must replace the root exactly once");
         }
         if group.is_none() && rewrite.iter().flat_map(|n| &n.inputs).any(|i| matches!(i, NewInput::Spread(_))) {
@@ -763,6 +803,7 @@ impl ExprCtx<'_> {
             code,
             absorb: r.absorb,
             rewrite,
+            forward,
             group,
             group_guards,
         })

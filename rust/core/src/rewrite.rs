@@ -44,15 +44,22 @@ pub fn apply_rewrite(graph: &mut WorkGraph<'_>, rule: &Rule, members: &[Vec<usiz
     let mut removed: Vec<usize> = roots.clone();
     for m in members {
         for &a in &rule.absorb {
-            if !removed.contains(&m[a]) {
+            // Bindings may alias: a node that another, kept binding also denotes stays (and is removed once).
+            let kept = (1..m.len()).any(|s| m[s] == m[a] && !rule.absorb.contains(&s));
+            if !kept && !removed.contains(&m[a]) {
                 removed.push(m[a]);
             }
         }
     }
     for m in members {
         for &a in &rule.absorb {
-            check_absorbable(graph, rule, m[a], a, &removed)?;
+            if removed.contains(&m[a]) {
+                check_absorbable(graph, rule, m[a], a, &removed)?;
+            }
         }
+    }
+    if !rule.forward.is_empty() {
+        return forward(graph, rule, &members[0], params, removed);
     }
 
     let (planned, member_inputs) = plan(graph, rule, members, params)?;
@@ -114,6 +121,46 @@ pub fn apply_rewrite(graph: &mut WorkGraph<'_>, rule: &Rule, members: &[Vec<usiz
     }
     remove_orphans(graph, &mut orphans);
     Ok(replacing)
+}
+
+/// A forwarding rewrite: every use of the root (consumers and graph outputs) reads the chosen binding
+/// instead, and the removed nodes go. The binding feeds the root, so no cycle can form; it must have the
+/// root's shape and dtype, so that no reader sees a different value type, and must not be removed itself.
+fn forward(graph: &mut WorkGraph<'_>, rule: &Rule, slots: &[usize], params: &[Val], removed: Vec<usize>) -> Result<Vec<usize>, Refusal> {
+    let env = Env::new(graph, slots, params);
+    let mut target = None;
+    for (when, slot) in &rule.forward {
+        let holds = match when {
+            None => true,
+            Some(e) => env.truth(e).map_err(|err| Refusal::Eval(format!("forward condition: {}", err.0)))?,
+        };
+        if holds {
+            target = Some(slots[*slot]);
+            break;
+        }
+    }
+    let Some(target) = target else { return Err(Refusal::Eval("no forwarding case holds".into())) };
+    let root = slots[0];
+    let (r, t) = (graph.node(root), graph.node(target));
+    if removed.contains(&target) {
+        return Err(Refusal::Unsafe(format!("forward target {} would be removed by the same rewrite", t.label())));
+    }
+    if r.shape != t.shape || r.dtype != t.dtype {
+        let describe = |n: &Node| {
+            let shape = n.shape.as_ref().map_or("none".to_string(), |s| {
+                format!("[{}]", s.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+            });
+            format!("{} (shape {shape}, dtype {})", n.label(), n.dtype.as_deref().unwrap_or("none"))
+        };
+        return Err(Refusal::Unsafe(format!("forwarding {} to {} would change the shape or dtype", describe(r), describe(t))));
+    }
+    let mut orphans: Vec<usize> = removed.iter().flat_map(|&r| graph.inputs(r).iter().map(|&j| j as usize)).collect();
+    for &r in &removed {
+        graph.remove(r);
+    }
+    graph.forward(root, target);
+    remove_orphans(graph, &mut orphans);
+    Ok(vec![target])
 }
 
 /// Ops whose every evaluation differs: a helper node of these is never shared.
