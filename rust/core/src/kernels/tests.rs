@@ -480,7 +480,7 @@ fn kernels_projection_timing_vs_gemm_crate() {
         }).fold(f64::INFINITY, f64::min)
     };
     println!("M, ours packed µs, ours row-major µs, gemm crate µs (K=768, N=2304, 1 thread, {isa})");
-    for m in [1usize, 8, 16, 64, 256, 1024] {
+    for m in [1usize, 4, 8, 16, 64, 256, 1024] {
         let a = rng.vec(m * k, 1.0);
         let mut c = vec![0.0f32; m * n];
         let t_packed = best(&mut || project(isa, &Par::SERIAL, m, &a, k, packed.as_ref(), &mut c, n));
@@ -686,3 +686,32 @@ fn kernels_block_phase_timing() {
     }
 }
 
+
+#[test]
+fn kernels_projection_matches_reference_over_threads_and_layouts() {
+    use super::gemm::{project, WeightsRef};
+    use super::par::Par;
+    // Row counts on both sides of the k-outer limit (16), K not a multiple of the k-group or of
+    // the thread count, N with a partial panel; row-major weights (split along K over threads) and
+    // packed ones, with and without the bias, serial and over the pool.
+    for (m, k, n) in [(1usize, 7usize, 5usize), (8, 100, 70), (16, 33, 96), (3, 300, 33), (17, 64, 40), (5, 16, 32)] {
+        let mut rng = Rng((m * 1000 + k * 10 + n) as u64);
+        let (a, w, bias) = (rng.vec(m * k, 1.0), rng.vec(k * n, 1.0), rng.vec(n, 1.0));
+        for with_bias in [false, true] {
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| (0..k).map(|p| a[i / n * k + p] as f64 * w[p * n + i % n] as f64).sum::<f64>() + if with_bias { bias[i % n] as f64 } else { 0.0 })
+                .collect();
+            let packed = PackedWeights::pack(&w, with_bias.then_some(&bias[..]), k, n, 0, 1.0);
+            for isa in Isa::available() {
+                for threads in [1, 2] {
+                    for layout in ["row-major", "packed"] {
+                        let wr = if layout == "packed" { packed.as_ref() } else { WeightsRef::row_major(&w, with_bias.then_some(&bias[..]), k, n) };
+                        let mut c = vec![f32::NAN; m * n];
+                        Par::run(threads, f64::INFINITY, |par| project(isa, &par, m, &a, k, wr, &mut c, n));
+                        assert_close(&c, &want, 1e-5 * (k as f64).sqrt(), &format!("project {layout} {isa} t{threads} m{m} k{k} n{n} bias{with_bias}"));
+                    }
+                }
+            }
+        }
+    }
+}
