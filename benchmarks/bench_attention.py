@@ -1,9 +1,10 @@
-"""Benchmark of the fused attention block against numpy, ONNX Runtime and PyTorch: same inputs, one process, alternating calls, medians, ratios and the roofline bound.
+"""Benchmark of the fused attention block (prepared and one-shot) and of attention alone (causal, GQA) against numpy, ONNX Runtime and PyTorch: same inputs, one process, alternating calls, medians, ratios and the roofline bound.
 
 Run (from the repository root, after `pip install -e .` or `maturin develop --release`):
 
-    python benchmarks/bench_attention.py                 # all shapes, 1 and 2 threads
+    python benchmarks/bench_attention.py                 # all shapes, 1 and 2 threads, then attention alone
     python benchmarks/bench_attention.py --quick         # fewer rounds
+    python benchmarks/bench_attention.py --attention     # attention alone only (vs torch SDPA)
     python benchmarks/bench_attention.py --threshold     # where 2 threads start to beat 1
 
 Contenders that are not installed (onnxruntime + onnx, torch, threadpoolctl for numpy's BLAS
@@ -274,7 +275,22 @@ def bench(args) -> None:
                 rows.append((h, nh, b, s, t, {n: r.median for n, r in res.items()}, bound, len(res["rlx prepared"].times)))
                 print_row(rows[-1], header=len(rows) == 1)
                 sys.stdout.flush()
+    print_one_shot_summary(rows)
     print(f"# load average after: {os.getloadavg()}")
+
+
+def print_one_shot_summary(rows) -> None:
+    """The one-shot form against the prepared one, and 2 threads against 1, per shape."""
+    by = {(h, b, s, t): med for h, _, b, s, t, med, _, _ in rows}
+    keys = sorted({(h, b, s) for h, b, s, _ in by}, key=lambda k: (-k[0], k[1] * k[2]))
+    print()
+    print("| H | B×S | one-shot / prepared, 1 thread | one-shot / prepared, 2 threads | one-shot 2 threads / 1 | prepared 2 threads / 1 |")
+    print("|---|---|---|---|---|---|")
+    for h, b, s in keys:
+        one, two = by.get((h, b, s, 1)), by.get((h, b, s, 2))
+        cell = lambda m: f"{m['rlx one-shot'] / m['rlx prepared']:.2f}" if m else "–"  # noqa: E731
+        scale = lambda c: f"{two[c] / one[c]:.2f}" if one and two else "–"  # noqa: E731
+        print(f"| {h} | {b}×{s} | {cell(one)} | {cell(two)} | {scale('rlx one-shot')} | {scale('rlx prepared')} |")
 
 
 COLS = ["rlx prepared", "rlx one-shot", "numpy", "onnxruntime", "torch"]
@@ -292,6 +308,85 @@ def print_row(row, header=False):
     print(f"| {h}/{nh} | {b}×{s} | {t} | " + " | ".join(cells) + f" | {speed} | {ours / bound:.2f} | {fmt_us(bound)} | {n} |")
 
 
+# ---------------------------------------------------------------- attention alone
+
+# (label, B, S, heads, kv_heads, head_dim, causal): BERT-base heads at 512 and 2048 tokens, causal
+# 2048, and grouped-query shapes (Llama-style 32 query heads over 8 K/V heads, and MQA).
+ATTENTION_CASES = [
+    ("MHA 12×64", 1, 512, 12, 12, 64, False),
+    ("MHA 12×64", 1, 2048, 12, 12, 64, False),
+    ("MHA 12×64 causal", 1, 2048, 12, 12, 64, True),
+    ("GQA 32/8×64 causal", 1, 512, 32, 8, 64, True),
+    ("GQA 32/8×64 causal", 1, 2048, 32, 8, 64, True),
+    ("MQA 16/1×64", 1, 512, 16, 1, 64, False),
+]
+
+
+def reference_attention(q, k, v, nh, kv, causal):
+    """float64 numpy, one head at a time (the scores of one head only: 2048² doubles)."""
+    b, s, h = q.shape
+    d = h // nh
+    out = np.zeros((b, s, h))
+    for bi in range(b):
+        for hd in range(nh):
+            g = hd // (nh // kv)
+            qh = q[bi, :, hd * d:(hd + 1) * d].astype(np.float64)
+            kh, vh = (t[bi, :, g * d:(g + 1) * d].astype(np.float64) for t in (k, v))
+            sc = qh @ kh.T * d**-0.5
+            if causal:
+                sc = np.where(np.arange(s)[None, :] > np.arange(s)[:, None], -np.inf, sc)
+            p = np.exp(sc - sc.max(axis=-1, keepdims=True))
+            out[bi, :, hd * d:(hd + 1) * d] = (p / p.sum(axis=-1, keepdims=True)) @ vh
+    return out
+
+
+def make_torch_sdpa(q, k, v, nh, kv, causal):
+    """torch.nn.functional.scaled_dot_product_attention on [B, heads, S, d] views (K/V repeated for GQA)."""
+    import torch
+    import torch.nn.functional as F
+
+    b, s, h = q.shape
+    d = h // nh
+    qt = torch.from_numpy(q).view(b, s, nh, d).transpose(1, 2)
+    kt, vt = (torch.from_numpy(t).view(b, s, kv, d).transpose(1, 2) for t in (k, v))
+
+    def run():
+        with torch.inference_mode():
+            kk, vv = (t.repeat_interleave(nh // kv, dim=1) for t in (kt, vt)) if kv != nh else (kt, vt)
+            return F.scaled_dot_product_attention(qt, kk, vv, is_causal=causal).transpose(1, 2).reshape(b, s, h)
+
+    return run
+
+
+def bench_attention(args) -> None:
+    have_torch = available("torch")
+    threads_ctl = Threads()
+    print(f"# attention alone: SIMD path {K.selected_simd()}, torch {'present' if have_torch else 'not installed (column skipped)'}")
+    print("| case | B×S | thr | rlx µs | torch SDPA µs | torch / rlx | GFLOP/s (rlx) | calls |")
+    print("|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(2)
+    for label, b, s, nh, kv, d, causal in ATTENTION_CASES:
+        q = rng.standard_normal((b, s, nh * d), dtype=np.float32)
+        k, v = (rng.standard_normal((b, s, kv * d), dtype=np.float32) for _ in range(2))
+        kind = "causal" if causal else "none"
+        want = reference_attention(q, k, v, nh, kv, causal)
+        for t in args.threads:
+            threads_ctl.set(t)
+            contenders = {"rlx": lambda: K.attention(q, k, v, num_heads=nh, mask_kind=kind, threads=t)}
+            if have_torch:
+                contenders["torch"] = make_torch_sdpa(q, k, v, nh, kv, causal)
+            for name, fn in contenders.items():
+                err = float(np.max(np.abs(np.asarray(fn()) - want)))
+                if err > 2e-3:
+                    print(f"# WARNING {name} differs from the float64 reference by {err:.2e} on {label} {b}x{s}")
+            res = alternate(contenders, args.rounds, args.budget)
+            ours = res["rlx"].median
+            flops = 4.0 * b * s * s * nh * d * (0.5 if causal else 1.0)
+            other = f"{fmt_us(res['torch'].median)} | {res['torch'].median / ours:.2f}×" if "torch" in res else "– | –"
+            print(f"| {label} | {b}×{s} | {t} | {fmt_us(ours)} | {other} | {flops / ours / 1e9:.1f} | {len(res['rlx'].times)} |")
+            sys.stdout.flush()
+
+
 # ---------------------------------------------------------------- threshold
 
 
@@ -300,18 +395,20 @@ def threshold(args) -> None:
     them in force, for calls back to back and 0.5 ms apart (the pool's worker parked)."""
     os.environ["RLX_RULES_PARALLEL_MIN_FLOPS"] = "0"
     rng = np.random.default_rng(1)
-    print("| H/heads | B×S | MFLOP | 1 thread µs | 2 threads µs | 2 threads / 1 |")
-    print("|---|---|---|---|---|---|")
+    print("| H/heads | B×S | MFLOP | 1 thread µs | 2 threads µs | 2 threads / 1 | one-shot 1 thread µs | one-shot 2 threads µs | 2 threads / 1 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for h, nh in [(64, 2), (128, 2), (256, 4), (384, 6)]:
         qkv_w = rng.standard_normal((h, 3 * h), dtype=np.float32)
         out_w = rng.standard_normal((h, h), dtype=np.float32)
         block = K.FusedAttentionBlock(qkv_w, out_w, num_heads=nh)
         for b, s in [(1, 1), (1, 4), (1, 16), (1, 64)]:
             x = rng.standard_normal((b, s, h), dtype=np.float32)
-            res = alternate({"1": lambda: block(x, threads=1), "2": lambda: block(x, threads=2)}, args.rounds * 4, args.budget)
+            one_shot = lambda t: K.fused_attention_block(x, qkv_w, out_w, None, num_heads=nh, threads=t)  # noqa: E731
+            res = alternate({"1": lambda: block(x, threads=1), "2": lambda: block(x, threads=2),
+                             "o1": lambda: one_shot(1), "o2": lambda: one_shot(2)}, args.rounds * 4, args.budget)
             mflop = block_flops(b, s, h) / 1e6
-            r1, r2 = res["1"].median, res["2"].median
-            print(f"| {h}/{nh} | {b}×{s} | {mflop:.2f} | {r1 * 1e6:.1f} | {r2 * 1e6:.1f} | {r2 / r1:.2f} |")
+            r1, r2, o1, o2 = (res[n].median for n in ("1", "2", "o1", "o2"))
+            print(f"| {h}/{nh} | {b}×{s} | {mflop:.2f} | {r1 * 1e6:.1f} | {r2 * 1e6:.1f} | {r2 / r1:.2f} | {o1 * 1e6:.1f} | {o2 * 1e6:.1f} | {o2 / o1:.2f} |")
     print(f"# compiled-in threshold: {_native.PARALLEL_MIN_FLOPS / 1e6:.1f} MFLOP")
     # The compiled-in thresholds in force, against always staying on the calling thread: calls
     # back to back (the worker still spins from the previous call) and 0.5 ms apart with the
@@ -352,15 +449,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--budget", type=float, default=4.0, help="seconds per shape before stopping early (at least 8 rounds)")
     parser.add_argument("--hidden", type=int, nargs="+", default=[h for h, _ in MODELS + SMALL_MODELS], help="subset of hidden sizes (768, 384, 256, 128)")
     parser.add_argument("--bs", nargs="+", default=[f"{b}x{s}" for b, s in SHAPES_BS], help="subset of BxS shapes, e.g. 1x8 8x128")
-    parser.add_argument("--quick", action="store_true", help="rounds=40, budget=1 s")
+    parser.add_argument("--quick", action="store_true", help="rounds=10, budget=1 s")
     parser.add_argument("--threshold", action="store_true", help="measure the small-work thresholds instead")
+    parser.add_argument("--attention", action="store_true", help="attention alone only (1x512, 1x2048, causal 1x2048, GQA) against torch SDPA")
+    parser.add_argument("--no-attention", action="store_true", help="the fused block only")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.budget = 10, 1.0
     if args.threshold:
         threshold(args)
-    else:
+        return
+    if not args.attention:
         bench(args)
+    if not args.no_attention:
+        bench_attention(args)
 
 
 if __name__ == "__main__":
