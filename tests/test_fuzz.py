@@ -254,6 +254,63 @@ def test_random_topologies_dangling_ids_and_cycles(nodes, outputs):
         typed_or_ok(lambda: rlx_rules.load_rules().apply(graph, time_budget_s=30))
 
 
+@FUZZ
+@given(st.binary(max_size=300), st.integers(0, 400))
+def test_random_bytes_as_a_graph_file_within_a_byte_limit(tmp_path_factory, data, max_bytes):
+    path = tmp_path_factory.mktemp("graph") / "g.json"
+    path.write_bytes(data)
+    graph = typed_or_ok(lambda: rlx_rules.Graph.load(path, max_bytes=max_bytes))
+    assert graph is None or len(data) <= max_bytes
+
+
+# ---- the command line ----
+
+CLI_VALUES = st.one_of(st.integers(-2**70, 2**70).map(str), st.floats().map(repr), st.sampled_from(
+    ["", "-", "0", "-1", "1e300", "nan", "inf", "-0", "0x10", "@default", "@nope", "NAME=1", "=", "é", "--",
+     "-o"]), st.text(max_size=12).filter(lambda t: not t.startswith("/") and "\x00" not in t))
+# (no absolute paths: nothing is written outside the temporary folder; no NUL, which no real argv can hold)
+CLI_COMMANDS = {
+    "apply": ["-r", "-o", "--set", "--max-rewrites", "--time-budget", "--max-iterations", "--max-graph-bytes",
+              "--max-nodes", "--json", "--pretty", "--explain", "-q", "--in-place"],
+    "explain": ["-r", "--rule", "--node", "--all", "--set", "--max-graph-bytes", "--max-nodes", "--json"],
+    "check": ["--strict", "-q"],
+    "show": ["-r", "--node", "--radius", "--set", "--max-graph-bytes", "--max-nodes"],
+    "import": ["-o", "--weights", "--inline-max", "--format", "-q"],
+    "export": ["-o", "--format", "--allow-non-rlx", "--pretty", "-q"],
+}
+FLAGS = {"--json", "--pretty", "--explain", "-q", "--in-place", "--all", "--strict", "--allow-non-rlx"}
+EXIT_CODES = {int(c) for c in __import__("rlx_rules.cli", fromlist=["ExitCode"]).ExitCode} - {70}
+
+
+@FUZZ
+@given(st.data())
+def test_random_command_lines_exit_with_a_documented_code(tmp_path_factory, data):
+    """Any argv over a small graph: a documented exit code (never 70, internal error), never an exception."""
+    from rlx_rules.cli.app import main
+
+    folder = tmp_path_factory.mktemp("cli")
+    graph = folder / "g.json"
+    graph.write_text(json.dumps(rlx_rules.examples.bert_encoder(layers=1, hidden=16, heads=2)))
+    command = data.draw(st.sampled_from(sorted(CLI_COMMANDS)))
+    argv = [command, str(graph) if command != "check" else str(rlx_rules.default_rules())]
+    for option in data.draw(st.lists(st.sampled_from(CLI_COMMANDS[command]), max_size=5)):
+        argv.append(option)
+        if option not in FLAGS:
+            value = data.draw(CLI_VALUES)
+            if option in ("-o", "--weights"):  # outputs: in the temporary folder, the folder itself, stdout, or odd names
+                value = data.draw(st.sampled_from([str(folder / "out.json"), str(folder), "-", "", "o.json", value]))
+            argv.append(value)
+    cwd = os.getcwd()
+    os.chdir(folder)  # relative outputs land in the temporary folder
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse: a usage error (2) or --help (0)
+        code = e.code
+    finally:
+        os.chdir(cwd)
+    assert code in EXIT_CODES, (argv, code)
+
+
 # ---- the program deserializer ----
 
 @FUZZ

@@ -1,9 +1,12 @@
 //! Hostile graph.json input (issue 19): byte limits on files and streams, a BOM, integers past 64 bits, and a
-//! seeded random-bytes fuzz loop over the loaders (cargo-fuzz needs a nightly toolchain; this runs on stable).
+//! seeded random-bytes fuzz loop over the graph and program loaders (cargo-fuzz needs a nightly toolchain, which
+//! cannot be installed here; this runs on stable). RLX_FUZZ_ROUNDS and RLX_FUZZ_SEED make a longer run
+//! (benchmarks/fuzz_long.py).
 
 use std::io::Write;
 
 use rlx_rules_core::graph::{Graph, GraphErrorKind, DEFAULT_MAX_BYTES, DEFAULT_MAX_NODES};
+use rlx_rules_core::program::Program;
 use rlx_rules_core::registry::Registry;
 
 const SMALL: &str = r#"{"format": "rlx-graph", "version": 1, "nodes": [{"id": 0, "op": "Input", "shape": [2], "dtype": "f32"}, {"id": 1, "op": "Relu", "inputs": [0], "shape": [2], "dtype": "f32"}], "outputs": [1]}"#;
@@ -120,12 +123,17 @@ fn mutate(rng: &mut Rng, base: &[u8]) -> Vec<u8> {
     bytes
 }
 
+fn fuzz_settings() -> (usize, u64) {
+    let rounds = std::env::var("RLX_FUZZ_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let seed = std::env::var("RLX_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    (rounds, seed)
+}
+
 /// Every input gives a graph or a GraphError, never a panic; the stream and slice loaders agree.
 #[test]
 fn seeded_random_bytes_and_mutations_never_panic() {
     let reg = Registry::builtin();
-    let rounds: usize = std::env::var("RLX_FUZZ_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
-    let seed: u64 = std::env::var("RLX_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    let (rounds, seed) = fuzz_settings();
     let mut rng = Rng(seed | 1);
     let (mut loaded, mut refused) = (0usize, 0usize);
     for round in 0..rounds {
@@ -148,4 +156,23 @@ fn seeded_random_bytes_and_mutations_never_panic() {
     }
     eprintln!("graph loader fuzz: {rounds} inputs (seed {seed}): {loaded} loaded, {refused} refused, 0 panics");
     assert!(loaded > 0 && refused > 0);
+}
+
+/// Mutations of the bundled program (the compiled default rules) load or give a ProgramError, never a panic.
+#[test]
+fn seeded_mutations_of_a_program_never_panic() {
+    let base = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/default_program.json")).unwrap();
+    let (rounds, seed) = fuzz_settings();
+    let rounds = rounds.div_ceil(10); // a program is ~100 times larger than the graph: fewer, costlier rounds
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let (mut loaded, mut refused) = (0usize, 0usize);
+    for _ in 0..rounds {
+        let bytes = mutate(&mut rng, &base);
+        match Program::from_json_str(&String::from_utf8_lossy(&bytes)) {
+            Ok(_) => loaded += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!("program loader fuzz: {rounds} inputs (seed {seed}): {loaded} loaded, {refused} refused, 0 panics");
+    assert!(refused > 0);
 }
