@@ -1,4 +1,4 @@
-"""Hypothesis property tests of rlx_rules.kernels over random shapes, masks, bias, RoPE and thread counts, against the float64 numpy reference."""
+"""Hypothesis property tests of rlx_rules.kernels over random shapes, masks (every rank), additive bias, GQA, RoPE, fully-masked-row semantics and thread counts, against the float64 numpy reference."""
 
 from __future__ import annotations
 
@@ -70,8 +70,6 @@ def test_block_and_prepared_match_reference(case):
     seed=st.integers(0, 2**32 - 1),
 )
 def test_attention_matches_reference(b, sq, sk, nh, d, kind, scale, seed):
-    if kind == "causal":
-        sk = sq
     h = nh * d
     rng = np.random.default_rng(seed)
     q, k = rng.standard_normal((b, sq, h), dtype=np.float32), rng.standard_normal((b, sk, h), dtype=np.float32)
@@ -95,3 +93,38 @@ def test_softmax_rows_are_convex_combinations_of_v(s, d, seed):
     out = attention(q, k, v, num_heads=1, mask_kind="none")
     assert np.all(out <= v.max(axis=1, keepdims=True) + 1e-5)
     assert np.all(out >= v.min(axis=1, keepdims=True) - 1e-5)
+
+
+@st.composite
+def variant_cases(draw):
+    b, sq, sk = draw(st.integers(1, 2)), draw(st.integers(1, 70)), draw(st.integers(1, 70))
+    kv = draw(st.integers(1, 3))
+    nh = kv * draw(st.integers(1, 3))
+    rot = draw(st.sampled_from([0, 2, 4]))
+    d = draw(st.integers(max(rot, 1), 20))
+    mask_shape = draw(st.sampled_from([None, (b, sk), (b, sq, sk), (b, 1, sq, sk), (b, nh, sq, sk), (1, nh, 1, sk)]))
+    bias_shape = draw(st.sampled_from([None, (b, sk), (1, nh, sq, sk), (b, 1, 1, sk)]))
+    kind = draw(st.sampled_from(["causal", "none" if mask_shape is None else "custom"]))
+    if kind == "custom" and mask_shape is None and bias_shape is None:
+        kind = "none"
+    rows = draw(st.sampled_from(["uniform", "zero"]))
+    style = draw(st.sampled_from(["neox", "gptj"]))
+    return b, sq, sk, nh, kv, d, rot if sq <= sk else 0, mask_shape, bias_shape, kind, rows, style, draw(st.integers(0, 2**32 - 1))
+
+
+@SETTINGS
+@given(variant_cases())
+def test_attention_variants_match_reference(case):
+    b, sq, sk, nh, kv, d, rot, mask_shape, bias_shape, kind, rows, style, seed = case
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, sq, nh * d), dtype=np.float32)
+    k, v = (rng.standard_normal((b, sk, kv * d), dtype=np.float32) for _ in range(2))
+    mask = None if mask_shape is None else rng.random(mask_shape) < 0.6
+    bias = None
+    if bias_shape is not None:
+        bias = rng.standard_normal(bias_shape).astype(np.float32)
+        bias[rng.random(bias_shape) < 0.1] = -np.inf
+    rope = ref.rope_tables(sk, rot) if rot else None
+    want = ref.attention(q, k, v, mask, num_heads=nh, mask_kind=kind, bias=bias, masked_rows=rows, rope=rope, rope_style=style)
+    got = attention(q, k, v, mask, num_heads=nh, mask_kind=kind, bias=bias, masked_rows=rows, rope=rope, rope_style=style)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
