@@ -37,6 +37,12 @@ class _Stuck(Exception):
     pass
 
 
+def _item(value: object) -> float:
+    if np.size(value) != 1:
+        raise ValueError(f"item() of {value!r}")
+    return float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
+
+
 def _slice(items: list, a: Optional[int], b: Optional[int]) -> list:
     return list(items[a:b])
 
@@ -50,6 +56,7 @@ LIST_FUNCTIONS = {
     "compose": lambda p, q: [p[i] for i in q],
     "is_identity": lambda p: list(p) == list(range(len(p))),
     "is_perm": lambda p: sorted(p) == list(range(len(p))),
+    "item": _item,
 }
 
 
@@ -260,6 +267,11 @@ class Skeleton:
         if op == "Expand":
             n["attrs"]["target_shape"] = shape(ins[0])
             return
+        if op == "OnnxExpand" and leaf(ins[1]) and self.nodes[ins[1]]["op"] != "Constant":
+            target = self.nodes[ins[1]]  # the shape input: a constant holding the input's shape
+            target.update(op="Constant", dtype="i64", attrs={"value": shape(ins[0])})
+            self.shapes[ins[1]] = [len(shape(ins[0]))]
+            return
         if op == "Attention":
             kind = n["attrs"].get("mask_kind")
             if len(ins) > 3 and kind not in ("Custom", "Bias"):
@@ -386,6 +398,12 @@ class Skeleton:
             elif "attr" in arg:
                 p = self.evaluate(arg, params)
                 return isinstance(p, list) and self._set_attr(arg, list(range(len(p))))
+        if e.get("un") == "not" and e["e"].get("call") == "is_identity" and e["e"]["args"][0].get("call") == "compose":
+            first, second = e["e"]["args"][0]["args"]
+            p = self.evaluate(first, params)
+            if "attr" in second and isinstance(p, list) and len(p) > 1:
+                identity = list(range(len(p)))
+                return self._set_attr(second, identity if p != identity else identity[::-1])
         if e.get("un") == "not" and e["e"].get("call") == "is_identity" and "attr" in e["e"]["args"][0]:
             p = self.evaluate(e["e"]["args"][0], params)
             if isinstance(p, list) and len(p) > 1:
@@ -406,6 +424,8 @@ class Skeleton:
                     if isinstance(value, (int, float)):
                         value = value - 1 if sense == "<" else value + 1 if sense == ">" else value
                 if "attr" in target and self._set_attr(target, value):
+                    return True
+                if target.get("call") == "item" and "attr" in target["args"][0] and self._set_attr(target["args"][0], value):
                     return True
                 if target.get("call") == "rank" and isinstance(value, int) and value >= 0:
                     node = self.evaluate(target["args"][0], params)[1]

@@ -185,6 +185,10 @@ def mutants(data: dict, enum_values: dict) -> Iterator[tuple[str, dict]]:
                 m = copy.deepcopy(data)
                 m["nodes"][i]["shape"][d] = option
                 yield f"{label}.shape[{d}] = {option}", m
+        if node["op"] in ("Input", "Param", "Constant"):  # another dtype (dtype guards)
+            m = copy.deepcopy(data)
+            m["nodes"][i]["dtype"] = "f16" if node.get("dtype", "f32") == "f32" else "f32"
+            yield f"{label}.dtype = {m['nodes'][i]['dtype']}", m
         for fact in node.get("facts", ()):  # a value fact that does not hold (has_fact)
             m = copy.deepcopy(data)
             m["nodes"][i]["facts"] = [f for f in node["facts"] if f != fact]
@@ -233,6 +237,8 @@ RANDOM_PERMS = 3
 DTYPES = ("f32", "f16", "i64", "bool")
 # The message of the engine's refusal of a forward that would change a value's type (rewrite.rs).
 TYPE_CHANGING_FORWARD = "would change the shape or dtype"
+# Ops whose output has their first input's dtype whatever the others are (a shape or axes input).
+MOVES_DATA = {"Reshape", "Expand", "OnnxExpand", "Transpose", "Flatten", "Squeeze", "Unsqueeze"}
 
 
 def _op_alternatives(rule: dict) -> list[list[str]]:
@@ -278,8 +284,17 @@ def reinferred(data: dict, seed: int) -> Optional[dict]:
 
 
 def _consistent(data: dict, seed: int) -> bool:
-    """Whether every declared shape and Cast dtype is what running the graph gives (no symbolic dim)."""
-    return reinferred(data, seed) == data and all(isinstance(d, int) for n in data["nodes"] for d in n.get("shape") or [])
+    """Whether every declared shape and Cast dtype is what running the graph gives (no symbolic dim), and every
+    other computed node whose inputs share one dtype has it (as elementwise and data-movement ops do; a graph
+    where a comparison is bool, say, is not judged)."""
+    if reinferred(data, seed) != data or not all(isinstance(d, int) for n in data["nodes"] for d in n.get("shape") or []):
+        return False
+    dtypes = {n["id"]: n.get("dtype") for n in data["nodes"]}
+    for n in data["nodes"]:
+        ins = {dtypes[i] for i in n.get("inputs", ())[:1 if n["op"] in MOVES_DATA else None]}
+        if n["op"] != "Cast" and len(ins) == 1 and n.get("dtype") not in ins:
+            return False
+    return True
 
 
 def space_mutants(data: dict, rule: dict, seed: int) -> Iterator[tuple[str, dict]]:

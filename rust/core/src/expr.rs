@@ -386,6 +386,19 @@ impl<'a> Env<'a> {
                 Ok(Val::Bool(items.iter().enumerate().all(|(i, v)| *v == Val::Int(i as i64))))
             }
             Builtin::IsPerm => Ok(Val::Bool(perm(self.list(&args[0], "is_perm()")?).is_ok())),
+            Builtin::Item => {
+                let mut v = self.eval(&args[0])?;
+                while let Val::List(mut items) = v {
+                    if items.len() != 1 {
+                        return fail(format!("item() of a list of {} items", items.len()));
+                    }
+                    v = items.remove(0);
+                }
+                match v {
+                    Val::Int(_) | Val::Float(_) => Ok(v),
+                    other => fail(format!("item() of a {}", other.kind())),
+                }
+            }
             Builtin::Distinct => {
                 let mut nodes = Vec::with_capacity(args.len());
                 for a in args {

@@ -268,6 +268,7 @@ pub enum Builtin {
     Compose,
     IsIdentity,
     IsPerm,
+    Item,
     Distinct,
 }
 
@@ -304,6 +305,7 @@ impl Builtin {
             "compose" => Builtin::Compose,
             "is_identity" => Builtin::IsIdentity,
             "is_perm" => Builtin::IsPerm,
+            "item" => Builtin::Item,
             "distinct" => Builtin::Distinct,
             _ => return None,
         })
