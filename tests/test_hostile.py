@@ -384,6 +384,29 @@ def test_a_bad_weights_file_is_a_graph_error_naming_the_problem(files, capsys, c
         load_weights(files / "out.json")
 
 
+@posix_only
+def test_a_weights_file_that_is_a_fifo_or_claims_a_huge_array_is_refused_before_reading(files, capsys):
+    import io
+    import zipfile
+
+    from rlx_rules.interpret.weights import load_weights
+
+    code, _ = cli(capsys, "import", files / "m.onnx", "-o", files / "out.json", "-q")
+    assert code == ExitCode.OK
+    weights = files / "out.weights.npz"
+    weights.unlink()
+    os.mkfifo(weights)  # opening it would block until a writer came
+    with pytest.raises(GraphError, match="not a regular file"):
+        load_weights(files / "out.json")
+    weights.unlink()
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**5, 10**5)})
+    with zipfile.ZipFile(weights, "w") as archive:  # 40 GB claimed in a few bytes
+        archive.writestr("w.npy", header.getvalue() + bytes(16))
+    with pytest.raises(GraphError, match=r"has shape \[100000, 100000\], more than 268435456 elements"):
+        load_weights(files / "out.json")
+
+
 @pytest.mark.parametrize("number", ["18446744073709551616", "-9223372036854775809", "1" * 40])
 def test_integers_past_64_bits_in_unknown_fields_are_refused_not_turned_into_floats(number):
     text = json.dumps(GRAPH)[:-1] + f', "custom": {{"n": {number}}}}}'
