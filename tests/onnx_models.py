@@ -80,14 +80,15 @@ def _softmax_and_output(nodes, w: Weights, dims: Dims, scores: str, v: str, *, n
 
 # ---- a BERT-style attention block ------------------------------------------------------------------------------------
 def bert_attention(dims: Dims, *, mask="where", fill=FMIN, scale: Optional[float] = None, sdpa=False, div=False,
-                   out_perm=(0, 2, 1, 3), out_shape=None, gqa=False, seed=0, weight_scale=0.2):
+                   out_perm=(0, 2, 1, 3), out_shape=None, gqa=False, seed=0, weight_scale=0.2, scale_at="scores"):
     """Q/K/V projections with bias, per-head Reshape/Transpose (Kᵀ by one Transpose {0, 2, 3, 1}), scores times
     `scale` (default D^-0.5), a mask, softmax, output projection with bias.
 
     mask: "where" (Where(keep, 0, fill) of an int64 `attention_mask` [B, S]: padding), "bias" (an additive float
     input `attention_bias` [B, 1, 1, S]) or None. `sdpa` scales Q and Kᵀ by √scale each and guards the softmax with
     IsNaN/Where; `div` divides by 1/scale; `gqa` gives K and V one head, repeated H times as HF's repeat_kv does
-    (Unsqueeze, Expand, Reshape). `out_perm` / `out_shape` say how the heads are merged back."""
+    (Unsqueeze, Expand, Reshape). `out_perm` / `out_shape` say how the heads are merged back. `scale_at`: "scores"
+    (the default), "q" (q scaled right after its projection, before the head split, as OPT does) or "none"."""
     b, s, h, d, hd = dims.b, dims.s, dims.h, dims.d, dims.hd
     scale = d ** -0.5 if scale is None else scale
     w = Weights(seed, weight_scale)
@@ -98,6 +99,9 @@ def bert_attention(dims: Dims, *, mask="where", fill=FMIN, scale: Optional[float
                   helper.make_node("Add", [f"{p}_mm", w(f"b{p}", (heads * d,))], [f"{p}_lin"]),
                   const(f"{p}_shape", [b, s, heads, d], np.int64),
                   helper.make_node("Reshape", [f"{p}_lin", f"{p}_shape"], [f"{p}_4"])]
+    if scale_at == "q":
+        nodes[2:2] = [const("cq", scale), helper.make_node("Mul", ["q_lin", "cq"], ["q_lin_s"])]
+        nodes[5].input[0] = "q_lin_s"  # the head split reads the scaled q
     nodes.append(helper.make_node("Transpose", ["q_4"], ["q_h"], perm=[0, 2, 1, 3]))
     if gqa:
         for p in "kv":
@@ -115,6 +119,8 @@ def bert_attention(dims: Dims, *, mask="where", fill=FMIN, scale: Optional[float
         r = float(np.sqrt(np.float32(scale)))
         nodes += [const("c1", r), const("c2", r), helper.make_node("Mul", ["q_h", "c1"], ["q_s"]),
                   helper.make_node("Mul", ["kT", "c2"], ["k_s"]), helper.make_node("MatMul", ["q_s", "k_s"], ["scaled"])]
+    elif scale_at != "scores":
+        nodes.append(helper.make_node("MatMul", ["q_h", "kT"], ["scaled"]))
     else:
         nodes.append(helper.make_node("MatMul", ["q_h", "kT"], ["scores"]))
         if div:

@@ -152,11 +152,20 @@ def test_minus_inf_fill_without_the_nan_guard_is_a_bias(rules, tmp_path):
     assert attn.attrs["mask_kind"] == "Bias" and attn.attrs.get("masked_rows") is None
 
 
-def test_wrong_scale_not_lifted(rules, tmp_path):
-    check(rules, tmp_path, attention_model(scale=0.2), blocks=0, attention=0)
-    graph = import_onnx(attention_model(scale=0.2), str(tmp_path / "s.graph.json"))
-    (miss,) = rules.explain(graph, rule="attention_custom_mask")
-    assert "c.value" in str(miss)
+def test_other_scales_lift_with_their_score_scale(rules, tmp_path):
+    out, _ = check(rules, tmp_path, attention_model(scale=0.2), blocks=0, attention=1)
+    (attn,) = [n for n in out.nodes if n.op == "Attention"]
+    assert attn.attrs["score_scale"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("scale_at", ["q", "none"])
+def test_query_scaled_after_projection_and_unscaled_scores_lift(rules, tmp_path, scale_at):
+    # OPT scales q before the head split; T5 and GPT-Neo do not scale the scores at all
+    out, _ = check(rules, tmp_path, attention_model(scale_at=scale_at), blocks=int(scale_at == "q"),
+                   attention=int(scale_at == "none"))
+    if scale_at == "none":
+        (attn,) = [n for n in out.nodes if n.op == "Attention"]
+        assert attn.attrs["score_scale"] == 1.0
 
 
 def test_wrong_output_permutation_not_lifted(rules, tmp_path):

@@ -13,8 +13,13 @@ from . import (EXAMPLES, ExitCode, add_graph_limit_options, add_set_option, fail
 
 
 def default_output(graph_path: str) -> str:
-    base = graph_path[:-5] if graph_path.endswith(".json") else graph_path
+    base = graph_path[:-5] if graph_path.endswith((".json", ".onnx")) else graph_path
     return base + ".fused.json"
+
+
+def default_rule_sets(graph) -> list[str]:
+    """No -r: an imported ONNX graph (its "source" field) is lifted first (@onnx); any other gets @default."""
+    return ["@onnx"] if graph.to_dict().get("source") == "onnx" else []
 
 
 def same_file(a: str, b: str) -> bool:
@@ -27,10 +32,19 @@ def same_file(a: str, b: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     from ..api import load_rules
 
-    rules = load_rules(*args.rules, params=parse_sets(args.set))
+    onnx_weights = None
+    if args.graph.endswith(".onnx"):  # imported in memory; the fused graph's weights go beside the output
+        from ..errors import OnnxImportError
+        from ..onnx.importer import load_onnx_graph
+        try:
+            graph, onnx_weights = load_onnx_graph(args.graph)
+        except OnnxImportError as e:
+            return fail(f"{args.graph}: {e}", ExitCode.GRAPH_ERROR)
+    else:
+        graph = load_graph_arg(args)
+    rules = load_rules(*(args.rules or default_rule_sets(graph)), params=parse_sets(args.set))
     for w in rules.warnings:
         print(w.format(), file=sys.stderr)
-    graph = load_graph_arg(args)
     if not args.quiet:
         for w in graph.warnings:
             print(f"warning: {args.graph}: {w}", file=sys.stderr)
@@ -49,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(fused.to_json(pretty=args.pretty) + "\n")
     else:
         try:
-            fused.write(out, pretty=args.pretty, inputs=args.rules)
+            if onnx_weights is not None:
+                from ..onnx.importer import write_graph_with_weights
+                write_graph_with_weights(fused, out, onnx_weights, pretty=args.pretty, inputs=[*args.rules, args.graph])
+            else:
+                fused.write(out, pretty=args.pretty, inputs=args.rules)
         except GraphError as e:
             return fail(e, ExitCode.OUTPUT_ERROR)
     stream = sys.stderr if to_stdout else sys.stdout
@@ -65,9 +83,11 @@ def run(args: argparse.Namespace) -> int:
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("apply", help="apply rules to a graph.json", epilog=EXAMPLES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("graph", help="input graph.json (never overwritten unless --in-place)")
+    p.add_argument("graph", help="input graph.json, or a MODEL.onnx (imported in memory; never overwritten unless "
+                                 "--in-place)")
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
-                   help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @default)")
+                   help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @onnx for an "
+                        "imported ONNX model, else @default)")
     p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout)")
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -6,6 +6,8 @@ Each step keeps values exactly (it only removes, merges or reorders data movemen
 - Reshape(Transpose(m)) that only splits m's first axis, which the Transpose keeps in place, is
   Transpose(Reshape(m)) (SDPA's kᵀ: a 3-D Transpose of a [B·H, S, D] Reshape becomes Transpose{0, 1, 3, 2} of
   [B, H, S, D], the Reshape pair collapsing into one, or none);
+- a scalar Mul moves below a Reshape or Transpose, and out of a rank-4 MatMul's operands: (q·c)·(kᵀ·c') becomes
+  (q·kᵀ)·(c·c') (one rounding of the scale; OPT scales q right after its projection, SDPA both q and kᵀ);
 - a one-element Constant that only feeds broadcasting ops, none of which it makes any bigger, is a scalar;
 - a scalar Constant used by several nodes gets one copy per use, so that patterns can bind each use on its own.
 """
@@ -63,6 +65,10 @@ class Canonicalizer:
         return i
 
     def run(self) -> list[int]:
+        self.uses = {n["id"]: len(u) for n in self.nodes for u in [()]}
+        for n in self.nodes:
+            for i in n.get("inputs", ()):
+                self.uses[i] = self.uses.get(i, 0) + 1
         self.out: list[dict] = []
         self.next_id = max(self.by_id) + 1 if self.by_id else 0
         for n in self.nodes:
@@ -89,8 +95,57 @@ class Canonicalizer:
         self.add(n)
         return self.resolve(n["id"])
 
+    def scalar_mul(self, i: int) -> Optional[tuple[int, float]]:
+        """(x, c) for node i = Mul(x, c) with c a scalar inline Constant, used once, of x's shape; else None."""
+        if self.uses.get(i, 0) != 1 or i in self.outputs:
+            return None
+        return self.scalar_mul_parts(self.by_id[i])
+
+    def scalar_mul_parts(self, m: dict) -> Optional[tuple[int, float]]:
+        if m["op"] != "Mul" or len(m.get("inputs", ())) != 2:
+            return None
+        for a, b in (m["inputs"], m["inputs"][::-1]):
+            c = self.by_id[b]
+            if c["op"] == "Constant" and c.get("shape") == [] and isinstance(c.get("attrs", {}).get("value"), (int, float)) \
+                    and _same_shape(self.by_id[a], m):
+                return a, float(c["attrs"]["value"])
+        return None
+
+    def constant(self, value: float, dtype) -> int:
+        return self.new_node("Constant", [], {"value": float(np.float32(value))}, [], dtype)
+
+    def scale_out(self, n: dict) -> bool:
+        """Reshape/Transpose(Mul(x, c)) -> Mul(Reshape/Transpose(x), c); MatMul of scaled rank-4 operands ->
+        Mul(MatMul(q, k), c·c'). `n` becomes the Mul (keeping its id)."""
+        op, ins = n["op"], n.get("inputs", [])
+        if op in ("Reshape", "Transpose") and ins:
+            found = self.scalar_mul(ins[0])
+            if found is None:
+                return False
+            x, c = found
+            moved = self.new_node(op, [x], dict(n.get("attrs", {})), list(n["shape"]), n.get("dtype"))
+        elif op == "MatMul" and len(ins) == 2 and all(len(self.by_id[i].get("shape") or ()) == 4 for i in ins):
+            a, b = self.scalar_mul(ins[0]), self.scalar_mul(ins[1])
+            if a is None and b is None:
+                return False
+            c = float(np.float32(a[1] if a else 1.0) * np.float32(b[1] if b else 1.0))
+            moved = self.new_node("MatMul", [a[0] if a else ins[0], b[0] if b else ins[1]], {}, list(n["shape"]),
+                                  n.get("dtype"))
+        elif op == "Mul" and len(ins) == 2:  # Mul(Mul(x, c), c') -> Mul(x, c·c')
+            outer = self.scalar_mul_parts(n)
+            inner = self.scalar_mul(outer[0]) if outer else None
+            if inner is None:
+                return False
+            moved, c = inner[0], float(np.float32(inner[1]) * np.float32(outer[1]))
+        else:
+            return False
+        n["op"], n["attrs"], n["inputs"] = "Mul", {}, [moved, self.constant(c, n.get("dtype"))]
+        return True
+
     def visit(self, n: dict) -> None:
         op = n["op"]
+        if self.scale_out(n):
+            return
         ins = [self.by_id[i] for i in n.get("inputs", ())]
         if op == "Reshape" and ins:
             src = ins[0]

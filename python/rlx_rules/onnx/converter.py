@@ -17,10 +17,11 @@ from .shapes import computed_shape, is_unknown, merge_shapes, prune, refine_shap
 
 
 class Converter(OpConverters):
-    def __init__(self, model: "onnx.ModelProto", inline_max: int):
+    def __init__(self, model: "onnx.ModelProto", inline_max: int, *, canonical: bool = True):
         self.model = model
         self.graph = model.graph
         self.inline_max = inline_max
+        self.canonical = canonical
         self.builder = GraphBuilder(self.graph.name or None)
         self.nodes = self.builder.nodes
         self.weights: dict[str, np.ndarray] = {}
@@ -187,7 +188,9 @@ class Converter(OpConverters):
             self.tensors[inp.name] = len(self.nodes) - 1
         for node in self.in_order:
             self.convert(node)
-        outputs = canonicalize(self.nodes, [self.value(o.name) for o in self.graph.output])
+        outputs = [self.value(o.name) for o in self.graph.output]
+        if self.canonical:
+            outputs = canonicalize(self.nodes, outputs)
         nodes, outputs = prune(self.nodes, outputs)
         refine_shapes(nodes)
         self.builder.nodes[:] = nodes

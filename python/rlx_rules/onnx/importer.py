@@ -14,12 +14,13 @@ from .weights import default_weights_path, save_weights
 
 
 def convert(model_or_path, *, inline_max_elements: int = 16, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-            max_elements: int = MAX_ELEMENTS) -> OnnxImport:
+            max_elements: int = MAX_ELEMENTS, canonical: bool = True) -> OnnxImport:
     """Convert in memory: graph.json as a dict (without the "weights" field) and the weights by Param name.
     `input_shapes` pins inputs to static shapes ({"input_ids": [1, 16]}); `max_elements` bounds every tensor the
-    import computes (OnnxImportError past it)."""
+    import computes (OnnxImportError past it). `canonical=False` leaves out the canonical forms
+    (rlx_rules.onnx.canonical): the graph as exported, no-op Casts and Reshapes included."""
     model = load_model(model_or_path, input_shapes=input_shapes, max_elements=max_elements)
-    c = Converter(model, inline_max_elements)
+    c = Converter(model, inline_max_elements, canonical=canonical)
     graph = c.run()
     facts.annotate(graph, c.weights)  # what the weights guarantee (duplicated rotary halves, causal masks)
     return OnnxImport(graph, c.weights, c.warnings)
@@ -61,3 +62,28 @@ def _import_onnx(model_or_path, output_path, weights_path, options: dict):
         save_weights(os.fspath(weights_path), result.weights, inputs=[model])
         data["weights"] = os.path.abspath(os.fspath(weights_path))
     return Graph.from_dict(data)
+
+
+def load_onnx_graph(model_or_path, **options):
+    """An ONNX model imported in memory for `rlx-rules apply`: (Graph, weights by Param name). `options`: as for
+    convert."""
+    from ..graph import Graph
+
+    with gc_paused():
+        result = convert(model_or_path, **options)
+    return Graph.from_dict(result.graph), result.weights
+
+
+def write_graph_with_weights(graph, output_path, weights: dict, *, pretty: bool = False, inputs=()) -> None:
+    """Write `graph` to `output_path` and `weights` beside it (NAME.weights.npz), the graph's "weights" field
+    pointing at them; neither over one of `inputs` (rlx_rules.safe_write)."""
+    from ..graph import Graph
+
+    output_path = os.fspath(output_path)
+    wpath = default_weights_path(output_path)
+    data = graph.to_dict()
+    data["weights"] = os.path.relpath(os.path.abspath(wpath), os.path.dirname(os.path.abspath(output_path)))
+    check_target(output_path, inputs=[*inputs, wpath])
+    save_weights(wpath, weights, inputs=[*inputs, output_path])
+    Graph.from_dict(data).write(output_path, pretty=pretty, inputs=[*inputs, wpath])
+
