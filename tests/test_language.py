@@ -41,11 +41,12 @@ def test_good_rule_file_compiles(path):
 
 def test_bundled_library_checks_clean():
     rules = rlx_rules.load_rules()
-    assert rules.rule_names == ["fuse_matmul_bias_act", "fuse_matmul_bias", "fuse_attention_block", "fuse_residual_ln",
+    simplify = rlx_rules.load_rules(pathlib.Path(rlx_rules.default_rules()).parent / "simplify" / "simplify.rlxr")
+    assert rules.rule_names == simplify.rule_names + ["fuse_matmul_bias_act", "fuse_matmul_bias", "fuse_attention_block", "fuse_residual_ln",
                                 "fuse_residual_rms_norm", "fuse_rms_norm_reshape", "fuse_transformer_layer",
                                 "fuse_swiglu_dual_matmul", "fuse_shared_input_matmul", "fuse_swiglu"]
     # RLX's pipeline order
-    assert rules.phases == ["matmul_bias_act", "attention_block", "residual_ln", "residual_rms_norm", "rms_norm_reshape",
+    assert rules.phases == ["simplify", "matmul_bias_act", "attention_block", "residual_ln", "residual_rms_norm", "rms_norm_reshape",
                             "transformer_layer", "swiglu_dual_matmul", "shared_input_matmul", "swiglu"]
     assert rules.warnings == []
 

@@ -29,7 +29,7 @@ def test_each_rule_fires_on_its_examples_and_refuses_derived_near_misses(library
     for verdict in library_report.rules:
         assert verdict.examples >= 1, verdict.rule
         assert verdict.variants >= 1, verdict.rule  # graphs it fired on, values checked
-        assert verdict.near_misses >= 1, verdict.rule  # one guard broken, did not fire
+        assert verdict.near_misses >= 1 or not verdict.guards, verdict.rule  # one guard broken, did not fire
         # most guards have a derived near miss; the report lists the rest
         assert len(verdict.guards_covered) >= len(verdict.guards) / 3, (verdict.rule, verdict.uncovered)
 
