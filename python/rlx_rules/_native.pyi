@@ -1,10 +1,17 @@
 """Type stubs of the compiled extension rlx_rules._native (the pyo3 binding layer over rlx-rules-core)."""
 
 import os
-from typing import Optional
+from typing import Optional, final
 
 import numpy as np
 import numpy.typing as npt
+
+__all__ = [
+    "__version__", "RlxRulesError", "GraphError", "ProgramError", "ParamError", "ApplyError", "KernelError",
+    "OutputError", "Graph", "Program", "fused_attention_block", "attention", "simd_paths", "selected_simd",
+    "default_threads", "machine_roofline", "PreparedAttentionBlock", "PARALLEL_MIN_FLOPS", "WAKE_MIN_FLOPS",
+    "write_npz",
+]
 
 __version__: str
 
@@ -40,13 +47,14 @@ class OutputError(RlxRulesError, OSError):
     """A file could not be written (the weights archive). kind: io."""
 
 # ---- engine ----
+@final
 class Graph:
     """A validated graph held in Rust (immutable)."""
 
     @staticmethod
     def from_json(text: str, max_nodes: Optional[int] = None) -> Graph: ...
     @staticmethod
-    def load(path: str, max_nodes: Optional[int] = None) -> Graph: ...
+    def load(path: str, max_nodes: Optional[int] = None, max_bytes: Optional[int] = None) -> Graph: ...
     def to_json(self, pretty: bool = False) -> str: ...
     def write(self, path: str, pretty: bool = False) -> None: ...
     @property
@@ -58,10 +66,11 @@ class Graph:
     def __len__(self) -> int: ...
     def op_counts(self) -> dict[str, int]: ...
 
+@final
 class Program:
     """A compiled, validated matcher program (docs/program.md). Raises rlx_rules.ProgramError."""
 
-    def __init__(self, text: str) -> None: ...
+    def __new__(cls, text: str) -> Program: ...
     def apply(
         self,
         graph: Graph,
@@ -103,6 +112,7 @@ def fused_attention_block(
     threads: Optional[int] = None,
 ) -> npt.NDArray[np.float32]: ...
 
+@final
 class PreparedAttentionBlock:
     def __new__(
         cls,
