@@ -6,6 +6,7 @@
     python benchmarks/bench_onnx.py phases 192 [--repeat 7]           # where rlx-rules' import+apply time goes
     python benchmarks/bench_onnx.py run [--files bert,llama] [--realistic DIR] [--threads 1,2]   # ORT latency table
                                    # (DIR: from benchmarks/onnx_realistic_export.py, run with a torch environment)
+    python benchmarks/bench_onnx.py profile DIR        # per op type, original vs rlx-rules (ORT's profiler)
 
 The stacks are built from the corpus BERT (legacy export) with the onnx package: the encoder layer's nodes and
 initializers are copied N times under new names and chained (every copy has layer 0's weights). Peers that are not
@@ -354,6 +355,12 @@ def main(argv=None) -> None:
     rp.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per variant and thread count")
     rp.add_argument("--workdir", default=None)
     rp.add_argument("--json", action="store_true", help="also print each row as JSON as it is measured")
+    pp = sub.add_parser("profile", help="per op type: where ONNX Runtime's time goes, original vs rlx-rules")
+    pp.add_argument("realistic", metavar="DIR")
+    pp.add_argument("--seq", type=int, default=128)
+    pp.add_argument("--threads", default="1")
+    pp.add_argument("--runs", type=int, default=5)
+    pp.add_argument("--workdir", default=None)
     st = sub.add_parser("stack")
     st.add_argument("n", type=int)
     st.add_argument("-o", required=True)
@@ -367,6 +374,9 @@ def main(argv=None) -> None:
     elif args.cmd == "run":
         from bench_onnx_run import run
         run(args)
+    elif args.cmd == "profile":
+        from bench_onnx_run import profile
+        profile(args)
     else:
         print(stack_bert(args.n, args.o))
 

@@ -93,17 +93,23 @@ def session(path: Path, threads: int):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def latency_ms(sess, feed: dict, budget_s: float, max_runs: int) -> float:
-    names = [i.name for i in sess.get_inputs()]
-    feed = {k: feed[k] for k in names}
-    for _ in range(2):
-        sess.run(None, feed)
-    times, t_end = [], time.perf_counter() + budget_s
-    while len(times) < max_runs and (len(times) < 5 or time.perf_counter() < t_end):
-        t0 = time.perf_counter()
-        sess.run(None, feed)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+def latencies_ms(sessions: dict, feed: dict, budget_s: float, max_runs: int) -> dict:
+    """Median latency of each session, measured round-robin (one run of each in turn), so that the load of a
+    shared machine falls on every variant alike."""
+    feeds = {v: {i.name: feed[i.name] for i in s.get_inputs()} for v, s in sessions.items()}
+    for v, s in sessions.items():
+        for _ in range(2):
+            s.run(None, feeds[v])
+    times: dict = {v: [] for v in sessions}
+    t_end = time.perf_counter() + budget_s * len(sessions)
+    for k in range(max_runs):
+        if k >= 5 and time.perf_counter() > t_end:
+            break
+        for v, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feeds[v])
+            times[v].append(time.perf_counter() - t0)
+    return {v: (statistics.median(ts) * 1e3, min(ts) * 1e3, len(ts)) for v, ts in times.items()}
 
 
 def measure(name: str, src: Path, feed: dict, model_type: str, heads: int, hidden: int, work: Path,
@@ -119,7 +125,7 @@ def measure(name: str, src: Path, feed: dict, model_type: str, heads: int, hidde
         except Exception as e:  # noqa: BLE001 - a variant that fails is reported, not fatal
             status[variant] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
     row = {"file": name, "status": status, "ms": {}, "max_abs_diff": {}}
-    ref = None
+    ref, runnable = None, []
     for variant in VARIANTS:
         if status[variant] != "ok":
             continue
@@ -133,9 +139,15 @@ def measure(name: str, src: Path, feed: dict, model_type: str, heads: int, hidde
             ref = out
         diff = float(np.nanmax(np.abs(out.astype(np.float64) - ref))) if out.shape == ref.shape else float("inf")
         row["max_abs_diff"][variant] = diff
-        for t in threads:
-            s = sess if t == threads[0] else session(paths[variant], t)
-            row["ms"].setdefault(variant, {})[t] = latency_ms(s, feed, budget_s, max_runs)
+        runnable.append(variant)
+        del sess
+    for t in threads:
+        sessions = {v: session(paths[v], t) for v in runnable}
+        for v, (median, best, runs) in latencies_ms(sessions, feed, budget_s, max_runs).items():
+            row["ms"].setdefault(v, {})[t] = median
+            row.setdefault("min_ms", {}).setdefault(v, {})[t] = best
+            row.setdefault("runs", {})[t] = runs
+        del sessions
     return row
 
 
@@ -177,8 +189,8 @@ def cell(row: dict, variant: str, t: int) -> str:
 
 def print_table(rows: list[dict], threads: list[int]) -> None:
     print("| file | threads | original ms | ORT optimizer ms | onnxscript ms | rlx-rules ms | vs best other | "
-          "vs original | rlx-rules max diff |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "vs original | vs original (min) | rlx-rules max diff |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         for t in threads:
             ours_ms = row["ms"].get("rlx_rules", {}).get(t)
@@ -187,9 +199,11 @@ def print_table(rows: list[dict], threads: list[int]) -> None:
             vs_best = f"{min(others) / ours_ms:.2f}x" if ours_ms and others else "-"
             orig = row["ms"].get("original", {}).get(t)
             vs_orig = f"{orig / ours_ms:.2f}x" if ours_ms and orig else "-"
+            mins = row.get("min_ms", {})
+            vs_min = f"{mins['original'][t] / mins['rlx_rules'][t]:.2f}x" if ours_ms and orig else "-"
             diff = row["max_abs_diff"].get("rlx_rules")
             print(f"| {row['file']} | {t} | " + " | ".join(cell(row, v, t) for v in VARIANTS) +
-                  f" | {vs_best} | {vs_orig} | {'-' if diff is None else f'{diff:.1e}'} |", flush=True)
+                  f" | {vs_best} | {vs_orig} | {vs_min} | {'-' if diff is None else f'{diff:.1e}'} |", flush=True)
 
 
 def run(args) -> None:
@@ -209,10 +223,56 @@ def run(args) -> None:
         for name, src, feed, model_type, heads, hidden in cases:
             big = (work / f"{name}.original.onnx").stat().st_size > 50e6
             rows.append(measure(name, src, feed, model_type, heads, hidden, work, threads,
-                                args.budget * (4 if big else 1), 30 if big else 200, onnxscript_status))
+                                args.budget * (4 if big else 1), 40 if big else 300, onnxscript_status))
             for v in VARIANTS:
                 if v != "original":
                     (work / f"{name}.{v}.onnx").unlink(missing_ok=True)
             if args.json:
                 print(json.dumps(rows[-1]), flush=True)
     print_table(rows, threads)
+
+
+def op_times_ms(path: Path, feed: dict, threads: int, runs: int) -> tuple[float, dict]:
+    """Milliseconds per run, and per op type (ONNX Runtime's profiler), averaged over `runs` runs."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.enable_profiling = True
+    so.profile_file_prefix = str(path.with_suffix(""))
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    for _ in range(2):
+        sess.run(None, {k: feed[k] for k in names})
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        sess.run(None, {k: feed[k] for k in names})
+    total = (time.perf_counter() - t0) / runs * 1e3
+    trace = Path(sess.end_profiling())
+    by_op: dict = {}
+    for e in json.loads(trace.read_text()):
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            by_op[e["args"]["op_name"]] = by_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e3 / (runs + 2)
+    trace.unlink()
+    return total, by_op
+
+
+def profile(args) -> None:
+    """Where the time goes: per op type, the original and rlx-rules' output of each realistic model."""
+    threads = int(args.threads.split(",")[0])
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        work = Path(tmp)
+        for name, src, feed, *_ in realistic_cases(Path(args.realistic), args.seq):
+            orig, fused = work / f"{name}.original.onnx", work / f"{name}.rlx_rules.onnx"
+            pin(src, orig, {k: v.shape for k, v in feed.items()})
+            ours(orig, fused, {k: list(v.shape) for k, v in feed.items()})
+            for label, path in (("original", orig), ("rlx-rules", fused)):
+                total, by_op = op_times_ms(path, feed, threads, args.runs)
+                gemm = sum(v for k, v in by_op.items() if k in ("Gemm", "MatMul", "FusedMatMul", "FusedGemm"))
+                top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8])
+                print(f"| {name} | {label} | {total:.1f} | {gemm:.1f} ({gemm / max(sum(by_op.values()), 1e-9):.0%}) "
+                      f"| {sum(by_op.values()) - gemm:.1f} | {top} |", flush=True)
+            orig.unlink()
+            fused.unlink()

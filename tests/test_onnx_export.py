@@ -312,6 +312,18 @@ def test_compare_where_fma_gather():
     check(g.graph([gat, ne]), inputs={"b": np.array([[1, 2, 3, 4], [0, 0, 0, 0.0]]), "a": np.ones((2, 4))})
 
 
+def test_inputs_kept_and_dead_nodes_dropped():
+    g = GraphBuilder("sig", default_dtype="f32")
+    x = g.add("Input", shape=[2, 3], name="x")
+    g.add("Input", shape=[2, 3], name="unused")
+    dead = g.add("Param", shape=[3], name="dead")
+    g.add("Add", [x, dead], shape=[2, 3])
+    y = g.add("Relu", [x], shape=[2, 3])
+    model = to_onnx(rlx_rules.load_graph(g.graph([y])), {"dead": np.ones(3, np.float32)})
+    assert [i.name for i in model.graph.input] == ["x", "unused"]  # the caller feeds what it fed the original
+    assert not model.graph.initializer and [n.op_type for n in model.graph.node] == ["Relu"]
+
+
 def test_unmapped_op_is_an_export_error_naming_it():
     g = GraphBuilder("gmm", default_dtype="f32")
     x = g.add("Input", shape=[3, 4], name="x")

@@ -31,8 +31,9 @@ def source_opset(graph) -> int:
 
 
 def reachable(graph) -> set[int]:
-    """The nodes the graph's outputs depend on (a rewrite can leave dead constants behind)."""
-    live, stack = set(), list(graph.outputs)
+    """The nodes the graph's outputs depend on (a rewrite can leave dead constants behind), and every Input
+    (the model keeps its signature: a caller feeds what it fed the original)."""
+    live, stack = set(), list(graph.outputs) + [n.id for n in graph.nodes if n.op == "Input"]
     while stack:
         nid = stack.pop()
         if nid not in live:
