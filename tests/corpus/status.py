@@ -66,7 +66,7 @@ def near_miss(graph: Path) -> str:
            f"{failed.get('check', '')} [{failed.get('detail', '')}]"
 
 
-def measure(entry: dict, pinned: bool, work: Path) -> dict:
+def measure(entry: dict, pinned: bool, work: Path, explain: str) -> dict:
     name = entry["file"][: -len(".onnx")]
     src = HERE / entry["file"]
     feed = dict(np.load(HERE / f"{name}.inputs.npz"))
@@ -88,7 +88,7 @@ def measure(entry: dict, pinned: bool, work: Path) -> dict:
     out.update(fused={op: ops[op] for op in FUSED_ATTENTION if ops.get(op)},
                fused_layers=sum(ops.get(op, 0) for op in FUSED_ATTENTION),
                softmax_left=ops.get("Softmax", 0))
-    if out["fused_layers"] < out["layers"]:
+    if out["fused_layers"] < out["layers"] and explain in ("all", out["mode"]):
         out["near_miss"] = near_miss(graph)
     try:
         got = rlx_rules.run(str(fused), feed)[0]
@@ -156,6 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write every measurement as JSON")
     ap.add_argument("--keep", metavar="DIR", help="keep the imported and fused graphs in DIR")
     ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument("--explain", choices=("all", "pinned", "dynamic", "none"), default="pinned",
+                    help="which measurements name the near miss of an unfused layer (explain reruns apply)")
     ap.add_argument("--table", metavar="PATH", help="print the table of an earlier --json run; measure nothing")
     args = ap.parse_args(argv)
     manifest = json.loads((HERE / "manifest.json").read_text())
@@ -168,9 +170,9 @@ def main(argv=None) -> int:
         return 0
     work = Path(args.keep or tempfile.mkdtemp(prefix="rlx-corpus-"))
     work.mkdir(parents=True, exist_ok=True)
-    jobs = [(e, False) for e in entries] + ([] if args.no_pinned else [(e, True) for e in entries])
+    jobs = [(e, pinned) for e in entries for pinned in ((False,) if args.no_pinned else (False, True))]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda job: measure(job[0], job[1], work), jobs))
+        results = list(pool.map(lambda job: measure(job[0], job[1], work, args.explain), jobs))
     if args.json:
         tmp = Path(f"{args.json}.tmp")
         tmp.write_text(json.dumps(results, indent=1) + "\n")
