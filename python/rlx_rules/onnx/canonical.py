@@ -8,6 +8,8 @@ Each step keeps values exactly (it only removes, merges or reorders data movemen
   [B, H, S, D], the Reshape pair collapsing into one, or none);
 - a scalar Mul moves below a Reshape or Transpose, and out of a rank-4 MatMul's operands: (q·c)·(kᵀ·c') becomes
   (q·kᵀ)·(c·c') (one rounding of the scale; OPT scales q right after its projection, SDPA both q and kᵀ);
+- (scores + b1) + b2 becomes scores + (b1 + b2) for rank-4 attention scores (MatMul, or a scaled MatMul): one
+  additive bias (T5's and MPNet's relative positions plus the padding mask), one rounding apart;
 - a one-element Constant that only feeds broadcasting ops, none of which it makes any bigger, is a scalar;
 - a scalar Constant used by several nodes gets one copy per use, so that patterns can bind each use on its own.
 """
@@ -18,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from .shapes import is_unknown
+from .shapes import broadcast, is_unknown
 
 _BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "And", "Or",
                  "Xor", "Where"}
@@ -142,9 +144,45 @@ class Canonicalizer:
         n["op"], n["attrs"], n["inputs"] = "Mul", {}, [moved, self.constant(c, n.get("dtype"))]
         return True
 
+    def is_scores(self, i: int) -> bool:
+        """A rank-4 MatMul, or a Mul or Div of one by a scalar Constant."""
+        n = self.by_id[i]
+        if n["op"] == "Mul" and self.scalar_mul_parts(n):
+            n = self.by_id[self.scalar_mul_parts(n)[0]]
+        elif n["op"] == "Div" and len(n.get("inputs", ())) == 2 and self.by_id[n["inputs"][1]]["op"] == "Constant" \
+                and self.by_id[n["inputs"][1]].get("shape") == []:
+            n = self.by_id[n["inputs"][0]]
+        return n["op"] == "MatMul" and len(n.get("shape") or ()) == 4
+
+    def gather_bias(self, n: dict) -> None:
+        """Add(Add(scores, b1), b2) -> Add(scores, Add(b1, b2)), the inner Add used once."""
+        ins = n.get("inputs", [])
+        if len(ins) != 2:
+            return
+        for inner, b2 in (ins, ins[::-1]):
+            a = self.by_id[inner]
+            if a["op"] != "Add" or len(a.get("inputs", ())) != 2 or self.uses.get(inner, 0) != 1 or self.is_scores(b2):
+                continue
+            for sc, b1 in (a["inputs"], a["inputs"][::-1]):
+                if not self.is_scores(sc) or self.is_scores(b1):
+                    continue
+                s1, s2 = self.by_id[b1].get("shape"), self.by_id[b2].get("shape")
+                if not (_static(s1) and _static(s2)):
+                    return
+                try:
+                    shape = broadcast([s1, s2])
+                except ValueError:
+                    return
+                bias = self.new_node("Add", [b1, b2], {}, shape, n.get("dtype"))
+                n["inputs"] = [sc, bias]
+                return
+
     def visit(self, n: dict) -> None:
         op = n["op"]
         if self.scale_out(n):
+            return
+        if op == "Add":
+            self.gather_bias(n)
             return
         ins = [self.by_id[i] for i in n.get("inputs", ())]
         if op == "Reshape" and ins:
