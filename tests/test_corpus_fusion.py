@@ -1,0 +1,95 @@
+"""The default pipeline on every committed corpus export (tests/corpus/): imported with its inputs' shapes pinned,
+lifted by @onnx (what `rlx-rules apply` picks for an imported graph); every attention layer fused, and the fused
+graph's outputs match ONNX Runtime's recorded ones within 1e-4 on every row (padded and fully masked rows included).
+
+RLX_CORPUS_SAMPLE=N runs every N-th file only (CI on slow machines); by default every file runs (~30 s)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+
+import rlx_rules  # noqa: E402
+from rlx_rules.graph import Graph  # noqa: E402
+from rlx_rules.onnx.importer import convert  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+ATOL = 1e-4
+FUSED = ("Attention", "FusedAttentionBlock", "FusedTransformerLayer")
+
+
+def _entries() -> list[dict]:
+    manifest = CORPUS / "manifest.json"
+    if not manifest.exists():
+        return []
+    out = []
+    for e in json.loads(manifest.read_text())["files"]:
+        if not e.get("exported") or not e.get("file"):
+            continue
+        stem = e["file"][: -len(".onnx")]
+        if all((CORPUS / f).exists() for f in
+                                     (e["file"], f"{stem}.inputs.npz", f"{stem}.expected.npz")):
+            out.append(e)
+    step = int(os.environ.get("RLX_CORPUS_SAMPLE", "1") or 1)
+    return out[::max(step, 1)]
+
+
+ENTRIES = _entries()
+
+# Files where exact fusion is not reached yet, by family, with the reason (the values must match regardless).
+XFAIL = {
+    "deberta_v2": "disentangled attention: the c2p/p2c scores are gathered along relative distances "
+                  "(GatherElements over q·k_rᵀ and k·q_rᵀ) and added to q·kᵀ before one scale and XSoftmax; "
+                  "no rule lifts that score sum to Attention with a Bias yet",
+    "gpt_neo": "unscaled scores masked by Where(causal, scores, finfo.min) before the padding mask is added: "
+               "no canonical form turns the Where on the scores into an additive mask yet",
+    "bloom": "ALiBi through baddbmm on [B·H, S, S] 3-D scores (β·alibi + α·q·kᵀ) and the heads kept merged: "
+             "no rule for the 3-D score form yet",
+    "phi3.eager.legacy": "the legacy export slices the fused QKV rotary halves by sizes computed from Shape "
+                         "of a tensor whose static shape the importer learns only after it converted the "
+                         "Slice (its own shapes are not fed back into constant folding): k stays unk-shaped",
+    "phi3.sdpa.legacy": "as phi3.eager.legacy: rotary Slice sizes from Shape, folded too late, k unk-shaped",
+}
+
+
+def _xfail_reason(entry: dict):
+    stem = entry["file"][: -len(".onnx")]
+    return XFAIL.get(stem) or XFAIL.get(entry["family"])
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return rlx_rules.load_rules("@onnx")
+
+
+def test_the_corpus_is_there():
+    if not (CORPUS / "manifest.json").exists():
+        pytest.skip("no tests/corpus/manifest.json")
+    assert len(ENTRIES) >= 20
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"][: -len(".onnx")] for e in ENTRIES])
+def test_every_attention_layer_fuses_and_values_match(entry, rules):
+    stem = entry["file"][: -len(".onnx")]
+    with np.load(CORPUS / f"{stem}.inputs.npz") as f:
+        feed = dict(f)
+    with np.load(CORPUS / f"{stem}.expected.npz") as f:
+        (expected,) = f.values()
+    result = convert(str(CORPUS / entry["file"]), input_shapes={k: list(v.shape) for k, v in feed.items()})
+    assert result.graph["source"] == "onnx"
+    fused, _ = rules.apply(Graph.from_dict(result.graph))
+    (got,) = rlx_rules.run(fused, feed, result.weights)
+    np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0, equal_nan=True,
+                               err_msg=f"{stem}: the fused graph's values differ from ONNX Runtime's")
+    ops = fused.op_counts()
+    layers = sum(ops.get(op, 0) for op in FUSED)
+    reason = _xfail_reason(entry)
+    if reason and layers < entry["attention_layers"]:
+        pytest.xfail(reason)
+    assert not reason, f"{stem} now fuses every layer: take it out of XFAIL"
+    assert layers == entry["attention_layers"], (stem, {op: ops.get(op, 0) for op in FUSED}, ops.get("Softmax", 0))
