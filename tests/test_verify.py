@@ -181,3 +181,18 @@ def test_mutants_of_an_inline_tensor_attribute():
 
     assert _attr_alternatives([[1.0, 2.0], [3.0, 4.0]]) == [[[1.0, 2.0]]]
     assert _attr_alternatives([0, 2, 1, 3]) == [[0, 2, 1], [0, 2, 1, 4]]
+
+
+def test_dim_boundaries_find_both_sides_of_a_threshold_guard():
+    """`dim(x, 0) * dim(x, 1) <= 40` from a [2, 4, 24] input: the last dims that fire and the first that do not."""
+    from rlx_rules.tools.variants import dim_boundaries
+
+    graph = {"format": "rlx-graph", "version": 1, "outputs": [1], "nodes": [
+        {"id": 0, "op": "Input", "name": "x", "shape": [2, 4, 24]},
+        {"id": 1, "op": "Neg", "inputs": [0], "shape": [2, 4, 24]}]}
+    found = {change: data["nodes"][1]["shape"] for change, data in dim_boundaries(
+        graph, lambda m: m["nodes"][0]["shape"][0] * m["nodes"][0]["shape"][1] <= 40, seed=0)}
+    assert found == {"%0.shape[0] = 10 (where the rule stops firing)": [10, 4, 24],
+                     "%0.shape[0] = 11 (where the rule stops firing)": [11, 4, 24],
+                     "%0.shape[1] = 20 (where the rule stops firing)": [2, 20, 24],
+                     "%0.shape[1] = 21 (where the rule stops firing)": [2, 21, 24]}

@@ -34,6 +34,10 @@ from ..api import RuleSet, compile_rules, default_rules
 from ..errors import RlxRulesError
 from ..graph import Graph
 from .synthesize import synthesize_or_reason
+from .variants import consistent, dim_boundaries, set_literals, space_mutants
+
+# The message of the engine's refusal of a forward that would change a value's type (rewrite.rs).
+TYPE_CHANGING_FORWARD = "would change the shape or dtype"
 
 RTOL, ATOL = 1e-6, 1e-8
 
@@ -178,6 +182,13 @@ def mutants(data: dict, enum_values: dict) -> Iterator[tuple[str, dict]]:
                 m = copy.deepcopy(data)
                 m["nodes"][i]["attrs"][attr] = option
                 yield f"{label}.{attr} = {json.dumps(option)}", m
+        present = node.get("attrs") or {}
+        for (op, attr), values in enum_values.items():  # an absent optional attribute, set to each value
+            if op == node["op"] and attr not in present:
+                for option in values:
+                    m = copy.deepcopy(data)
+                    m["nodes"][i].setdefault("attrs", {})[attr] = option
+                    yield f"{label}.{attr} = {json.dumps(option)}", m
         for d, dim in enumerate(node.get("shape") or []):
             if not isinstance(dim, int):
                 continue
@@ -230,122 +241,6 @@ def _enum_values() -> dict:
 
     return {(op, attr): spec.values for op, ops in builtin_registry().ops.items()
             for attr, spec in ops.attrs.items() if spec.values}
-
-
-# What verify tries for a free permutation, axis or dtype (Cast's `to`).
-RANDOM_PERMS = 3
-DTYPES = ("f32", "f16", "i64", "bool")
-# The message of the engine's refusal of a forward that would change a value's type (rewrite.rs).
-TYPE_CHANGING_FORWARD = "would change the shape or dtype"
-# Ops whose output has their first input's dtype whatever the others are (a shape or axes input).
-MOVES_DATA = {"Reshape", "Expand", "OnnxExpand", "Transpose", "Flatten", "Squeeze", "Unsqueeze"}
-
-
-def _op_alternatives(rule: dict) -> list[list[str]]:
-    """The op alternatives of the rule's pattern (`Gelu|Silu`), one list per slot that has several."""
-    sets = [rule["root_ops"]] + [i["ops"] for i in rule["code"] if i["i"] == "op"]
-    return [list(s) for s in sets if len(s) > 1]
-
-
-def _set_literals(rule: dict) -> dict[str, list]:
-    """For each attribute a guard tests for membership (`attr in {..}`), the literals of the set."""
-    out: dict[str, list] = {}
-    stack = [i["expr"] for i in rule["code"] if i["i"] == "guard"]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, dict):
-            if "in" in e and isinstance(e["in"], dict) and "attr" in e["in"]:
-                out.setdefault(e["in"]["attr"], []).extend(i["lit"] for i in e["set"] if "lit" in i)
-            stack.extend(v for v in e.values() if isinstance(v, (dict, list)))
-        elif isinstance(e, list):
-            stack.extend(e)
-    return out
-
-
-def reinferred(data: dict, seed: int) -> Optional[dict]:
-    """`data` with every computed node's shape as the interpreter finds it (a Cast's dtype is its `to`), so a
-    change to an op, a permutation or a leaf's shape gives a consistent graph; None if it does not run."""
-    from ..interpret.core import Interpreter, random_values
-
-    d = copy.deepcopy(data)
-    for n in d["nodes"]:
-        to = (n.get("attrs") or {}).get("to")
-        if n["op"] == "Cast" and isinstance(to, str):
-            n["dtype"] = to
-    try:
-        interpreter = Interpreter(Graph.from_dict(d), check_shapes=False)
-        interpreter.run(*random_values(interpreter.graph, seed=seed))
-    except (RlxRulesError, ValueError, FloatingPointError, TypeError, IndexError):
-        return None
-    for n in d["nodes"]:
-        if n["op"] not in ("Input", "Param", "Constant") and n["id"] in interpreter.values:
-            n["shape"] = list(interpreter.values[n["id"]].shape)
-    return d
-
-
-def _consistent(data: dict, seed: int) -> bool:
-    """Whether every declared shape and Cast dtype is what running the graph gives (no symbolic dim), and every
-    other computed node whose inputs share one dtype has it (as elementwise and data-movement ops do; a graph
-    where a comparison is bool, say, is not judged)."""
-    if reinferred(data, seed) != data or not all(isinstance(d, int) for n in data["nodes"] for d in n.get("shape") or []):
-        return False
-    dtypes = {n["id"]: n.get("dtype") for n in data["nodes"]}
-    for n in data["nodes"]:
-        ins = {dtypes[i] for i in n.get("inputs", ())[:1 if n["op"] in MOVES_DATA else None]}
-        if n["op"] != "Cast" and len(ins) == 1 and n.get("dtype") not in ins:
-            return False
-    return True
-
-
-def space_mutants(data: dict, rule: dict, seed: int) -> Iterator[tuple[str, dict]]:
-    """The rule's whole space around a graph it fires on, each made consistent by running it: every other op
-    alternative of the pattern, random permutations, every axis, every dtype of a Cast, and all dims equal
-    (where a permutation can keep the shape without being the identity)."""
-    rng = np.random.default_rng(seed)
-    alternatives = _op_alternatives(rule)
-
-    def changed(d: dict, i: int, **fields) -> Optional[dict]:
-        m = copy.deepcopy(d)
-        for key, value in fields.items():
-            if key == "op":
-                m["nodes"][i]["op"] = value
-            else:
-                m["nodes"][i].setdefault("attrs", {})[key] = value
-        return reinferred(m, seed)
-
-    def around(d: dict, tag: str) -> Iterator[tuple[str, Optional[dict]]]:
-        for i, node in enumerate(d["nodes"]):
-            label = f"{tag}%{node['id']}"
-            for ops in alternatives:
-                if node["op"] in ops:
-                    for op in ops:
-                        if op != node["op"]:
-                            yield f"{label} is a {op}", changed(d, i, op=op)
-            rank = len(d["nodes"][i].get("shape") or [])
-            for attr, value in (node.get("attrs") or {}).items():
-                if isinstance(value, list) and len(value) > 1 and sorted(value) == list(range(len(value))):
-                    for _ in range(RANDOM_PERMS):
-                        perm = [int(k) for k in rng.permutation(len(value))]
-                        if perm != value:
-                            yield f"{label}.{attr} = {perm}", changed(d, i, **{attr: perm})
-                elif attr in ("axis", "dim") and isinstance(value, int) and not isinstance(value, bool):
-                    for axis in range(-rank, rank):
-                        if axis != value:
-                            yield f"{label}.{attr} = {axis}", changed(d, i, **{attr: axis})
-                elif attr == "to" and node["op"] == "Cast":
-                    for dtype in DTYPES:
-                        if dtype != value:
-                            yield f"{label}.to = {dtype}", changed(d, i, to=dtype)
-
-    yield from around(data, "")
-    square = copy.deepcopy(data)
-    for n in square["nodes"]:
-        if n["op"] in ("Input", "Param") and all(isinstance(k, int) for k in n.get("shape") or []):
-            n["shape"] = [4 for _ in n.get("shape") or []]
-    square = reinferred(square, seed)
-    if square is not None and square != data:
-        yield "every leaf dim 4", square
-        yield from around(square, "(dims 4) ")
 
 
 def _signature(node) -> tuple:
@@ -411,15 +306,27 @@ def verify_rule(rules: RuleSet, rule: dict, *, seed: int = 0, max_mutants: Optio
         root = roots[0]
         original = graph.to_dict()
         values = dict(enums)
-        for attr, literals in _set_literals(rule).items():  # every literal of a set a guard tests
+        for attr, literals in set_literals(rule).items():  # every literal of a set a guard tests
             for op in {n["op"] for n in original["nodes"]}:
                 values[(op, attr)] = list(dict.fromkeys([*values.get((op, attr), ()), *literals]))
         changes = [(change, data, params) for change, data in mutants(original, values)]
         changes += [(change, original, p) for change, p in param_mutants(rules.program["params"], params)]
         changes += [(change, data, params) for change, data in space_mutants(original, rule, seed) if data is not None]
+
+        def fires_at_root(data: dict, params: dict = params) -> bool:
+            mutant = Graph.from_dict(data)
+            return _root_fired(mutant, single.apply(mutant, params)[0], root)
+
+        changes += [(change, data, params) for change, data in dim_boundaries(original, fires_at_root, seed)]
         for change, data, mutant_params in changes[:max_mutants]:
             _check_mutant(single, name, verdict, data, change, root, mutant_params, seed, where)
     return verdict
+
+
+def _root_fired(before: Graph, after: Graph, root: int) -> bool:
+    """Whether a rewrite replaced `root` (another node at its id) or forwarded it (no node at its id)."""
+    signature = _signature(before.node(root))
+    return all(n.id != root or _signature(n) != signature for n in after.nodes)
 
 
 def _check_mutant(single: RuleSet, name: str, verdict: RuleVerdict, data: dict, change: str, root: int,
@@ -431,10 +338,9 @@ def _check_mutant(single: RuleSet, name: str, verdict: RuleVerdict, data: dict, 
     records = single.explain(mutant, params, rule=name, all=True)
     at_root = [r for r in records if r["root"] == root or r["root"] is None]
     fused, report = single.apply(mutant, params)
-    before = _signature(mutant.node(root))
-    root_fired = all(n.id != root or _signature(n) != before for n in fused.nodes)
+    root_fired = _root_fired(mutant, fused, root)
     refusal = report.rules[name].first_refusal or ""
-    if not root_fired and TYPE_CHANGING_FORWARD in refusal and _consistent(data, seed):
+    if not root_fired and TYPE_CHANGING_FORWARD in refusal and consistent(data, seed):
         verdict.failures.append(f"variant of {where} ({change}): the guards admit a forward that changes the value's "
                                 f"type, which the engine refused: {refusal}")
         return
