@@ -39,7 +39,7 @@ def main() -> int:
         ["-k", args.k] if args.k else [])
     code, out, secs = run(command, {"RLX_RULES_FUZZ_EXAMPLES": str(args.examples)})
     summary = out.strip().splitlines()[-1] if out.strip() else "no output"
-    print(f"hypothesis: {args.examples} examples per property (random seed): {summary} [{secs:.0f} s]")
+    print(f"hypothesis: {args.examples} examples per property (random seed): {summary} [{secs:.0f} s]", flush=True)
     if code != 0:
         failed = True
         print(out[-6000:])

@@ -369,6 +369,20 @@ def test_apply_arguments_of_the_wrong_type_or_range_are_param_errors(kwargs, nee
         rlx_rules.compile_text(RULE).apply(GRAPH, **kwargs)
 
 
+@pytest.mark.parametrize("call, error, needle", [
+    (lambda: rlx_rules.Graph.from_json(42), GraphError, "must be a str or bytes, not int"),
+    (lambda: rlx_rules.Graph.from_json("{}", max_nodes="9"), ParamError, "max_nodes must be an integer"),
+    (lambda: rlx_rules.Graph.load("g.json", max_bytes=1.5), ParamError, "max_bytes must be an integer"),
+    (lambda: rlx_rules.Graph.load("g.json", max_bytes=-1), ParamError, "max_bytes must be an integer >= 0"),
+    (lambda: rlx_rules.Graph.from_dict(GRAPH).write(42), ParamError, "output path must be a str"),
+    (lambda: rlx_rules.compile_text(42), ParamError, "rule text must be a str"),
+    (lambda: rlx_rules.compile_text(RULE).explain(GRAPH, node="3"), ParamError, "node must be an integer"),
+])
+def test_other_entry_points_refuse_arguments_of_the_wrong_type(call, error, needle):
+    with pytest.raises(error, match=needle):
+        call()
+
+
 @pytest.mark.parametrize("content, needle", [
     (None, "File is not a zip file"),  # a truncated archive (BadZipFile before)
     (b"hello, world\n", "it is not an .npz archive"),  # "contains pickled data" before

@@ -14,7 +14,7 @@ from .lang.analyze import analyze
 from .lang.check import check
 from .lang.compile import compile_program
 from .errors import Diagnostic, ParamError, RuleError
-from .graph import Graph, load_graph
+from .graph import Graph, count_argument, load_graph
 from .lang.params import ParamValue, resolve
 from .lang.parse import parse_files, parse_text
 from .lang.registry import Registry, builtin_registry
@@ -90,10 +90,10 @@ class RuleSet:
         or time limit raises ApplyError holding the work done. With `explain=True` the report also holds, for
         each rule that fired zero times, its best near miss.
         """
-        return self._run(graph, params, max_rewrites=_count("max_rewrites", max_rewrites),
+        return self._run(graph, params, max_rewrites=count_argument("max_rewrites", max_rewrites),
                          time_budget_s=_seconds("time_budget_s", time_budget_s),
-                         max_iterations=_count("max_iterations", max_iterations),
-                         fail_after_rewrites=_count("fail_after_rewrites", fail_after_rewrites),
+                         max_iterations=count_argument("max_iterations", max_iterations),
+                         fail_after_rewrites=count_argument("fail_after_rewrites", fail_after_rewrites),
                          explain="unfired" if explain else None)
 
     def explain(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
@@ -104,7 +104,7 @@ class RuleSet:
         `total` checks), the bindings made, and each failed check with its .rlxr location and the values
         involved. Rules are explained on the graph as their phase sees it, after earlier phases ran.
         """
-        node = _count("node", node)
+        node = count_argument("node", node)
         if rule is not None and rule not in self.rule_names:
             raise ParamError(f"unknown rule {rule!r}; the rules are: {', '.join(self.rule_names)}")
         _, report = self._run(graph, params, explain="all" if all else "best", explain_rule=rule, explain_node=node)
@@ -128,13 +128,6 @@ def _mapping(name: str, value: Optional[Mapping[str, object]]) -> Mapping[str, o
         return {}
     if not isinstance(value, Mapping):
         raise ParamError(f"{name} must be a mapping of parameter names to values, not {type(value).__name__}")
-    return value
-
-
-def _count(name: str, value: Optional[int]) -> Optional[int]:
-    """A count argument: None or an int (not a bool); its range is checked by the core (ParamError)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ParamError(f"{name} must be an integer, not {type(value).__name__}")
     return value
 
 

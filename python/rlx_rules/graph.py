@@ -43,6 +43,10 @@ class Graph:
     @classmethod
     def from_json(cls, text: Union[str, bytes], *, max_nodes: Optional[int] = None) -> "Graph":
         """Parse and validate graph.json text. More than `max_nodes` nodes (default 10 million) is a GraphError."""
+        if not isinstance(text, (str, bytes, bytearray)):
+            from .errors import GraphError
+
+            raise GraphError(f"graph.json text must be a str or bytes, not {type(text).__name__}")
         if isinstance(text, (bytes, bytearray)):
             try:
                 text = bytes(text).decode("utf-8")
@@ -50,7 +54,7 @@ class Graph:
                 from .errors import GraphError
 
                 raise GraphError(f"invalid JSON: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        return cls(_native.Graph.from_json(text, max_nodes))
+        return cls(_native.Graph.from_json(text, count_argument("max_nodes", max_nodes)))
 
     @classmethod
     def from_dict(cls, data: dict, *, max_nodes: Optional[int] = None) -> "Graph":
@@ -73,7 +77,8 @@ class Graph:
              max_bytes: Optional[int] = None) -> "Graph":
         """Read a graph.json file: at most `max_bytes` bytes (default 1 GiB; a larger file is refused before it
         is read, and a FIFO or device stops at the limit) and `max_nodes` nodes (default 10 million)."""
-        return cls(_native.Graph.load(_path_arg(path), max_nodes, max_bytes), source_path=os.fspath(path))
+        return cls(_native.Graph.load(_path_arg(path), count_argument("max_nodes", max_nodes),
+                                      count_argument("max_bytes", max_bytes)), source_path=os.fspath(path))
 
     def to_json(self, pretty: bool = False) -> str:
         return self._native.to_json(pretty)
@@ -87,6 +92,10 @@ class Graph:
         Refuses a target that is not a regular file, a symlink (unless `follow_symlinks`), or one of `inputs`."""
         from .safe_write import atomic_write
 
+        if not isinstance(path, (str, os.PathLike)):
+            from .errors import ParamError
+
+            raise ParamError(f"the output path must be a str or os.PathLike, not {type(path).__name__}")
         atomic_write(path, self.to_json(pretty), inputs=inputs, follow_symlinks=follow_symlinks)
 
     @property
@@ -146,6 +155,16 @@ class Graph:
         rows = "".join(f"<tr><td>{op}</td><td>{n}</td></tr>" for op, n in self.op_counts().most_common())
         return (f"<b>Graph {self.name or ''}</b>: {len(self)} nodes, outputs {self.outputs}"
                 f"<table><tr><th>op</th><th>count</th></tr>{rows}</table>")
+
+
+def count_argument(name: str, value: Optional[int]) -> Optional[int]:
+    """A count or limit argument as given: None or an int (not a bool), else a ParamError. Its range is checked
+    where it is used (the core refuses a negative one)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        from .errors import ParamError
+
+        raise ParamError(f"{name} must be an integer, not {type(value).__name__}")
+    return value
 
 
 def _path_arg(path: object) -> str:
