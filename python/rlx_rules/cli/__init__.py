@@ -106,3 +106,15 @@ def load_graph_arg(args: argparse.Namespace):
     from ..graph import Graph
 
     return Graph.load(args.graph, max_nodes=args.max_nodes, max_bytes=args.max_graph_bytes)
+
+
+def input_shape(text: str) -> tuple[str, list[int]]:
+    """NAME=D0,D1,... -> (NAME, [D0, D1, ...]): an argparse type for `--input-shape` (import, optimize)."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
+    except ValueError:
+        shape = None
+    if not sep or not name or shape is None or any(d < 0 or d > 2**62 for d in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... with dims >= 0, got {text!r}")
+    return name, shape

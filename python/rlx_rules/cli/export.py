@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import GraphError, OnnxImportError, OutputError
-from . import ExitCode, fail
+from . import ExitCode, add_graph_limit_options, fail, int_in, load_graph_arg
 
 EXPORT_EXAMPLES = """\
 examples:
@@ -17,13 +17,12 @@ examples:
 
 
 def run_onnx(args: argparse.Namespace) -> int:
-    from ..graph import Graph
     from ..onnx.export import ExportError, export_onnx
     from ..interpret.weights import weights_path
 
     if args.output == "-":
         return fail("an ONNX model is binary: give a file with -o", ExitCode.USAGE)
-    graph = Graph.load(args.graph)
+    graph = load_graph_arg(args)
     try:
         model = export_onnx(graph, args.output, opset=args.opset, external_data=args.external_data or None,
                             inputs=[args.graph, weights_path(graph)])
@@ -44,10 +43,9 @@ def run(args: argparse.Namespace) -> int:
             return run_onnx(args)
         except OnnxImportError as e:
             return fail(e, ExitCode.GRAPH_ERROR)
-    from ..graph import Graph
     from ..onnx.rlx_json import export_rlx_json
 
-    graph = Graph.load(args.graph)  # a GraphError here is reported by the main CLI (exit code graph_error)
+    graph = load_graph_arg(args)  # a GraphError here is reported by the main CLI (exit code graph_error)
     try:
         if args.output == "-":
             sys.stdout.write(export_rlx_json(graph, allow_non_rlx=args.allow_non_rlx,
@@ -67,7 +65,7 @@ def add_command(subparsers) -> None:
     e.add_argument("graph", help="input graph.json (its \"weights\" .npz gives the ONNX initializers)")
     e.add_argument("-o", "--output", required=True, help="output path ('-' for stdout, RLX JSON only)")
     e.add_argument("--format", choices=["rlx-json", "onnx"], default="rlx-json")
-    e.add_argument("--opset", type=int, default=None,
+    e.add_argument("--opset", type=int_in(1, 2**31 - 1), default=None,
                    help="ONNX opset (default: the imported model's, at least 17)")
     e.add_argument("--external-data", action="store_true",
                    help="ONNX: weights to OUTPUT.data beside the model (automatic past 1 GiB)")
@@ -75,4 +73,5 @@ def add_command(subparsers) -> None:
                    help="write ONNX-only ops as if they were RLX variants (RLX will not read them)")
     e.add_argument("--pretty", action="store_true")
     e.add_argument("-q", "--quiet", action="store_true")
+    add_graph_limit_options(e)
     e.set_defaults(run=run)

@@ -7,7 +7,7 @@ import sys
 
 from ..errors import GraphError, OnnxImportError, OutputError
 from ..formats import GRAPH_FORMAT
-from . import ExitCode, fail, int_in
+from . import ExitCode, fail, input_shape, int_in
 
 IMPORT_EXAMPLES = """\
 examples:
@@ -24,18 +24,6 @@ def is_graph_json(path: str) -> bool:
     except OSError:
         return False
     return f'"{GRAPH_FORMAT}"'.encode() in head
-
-
-def input_shape(text: str) -> tuple[str, list[int]]:
-    """NAME=D0,D1,... -> (NAME, [D0, D1, ...]) for --input-shape."""
-    name, sep, dims = text.rpartition("=")
-    try:
-        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
-    except ValueError:
-        shape = None
-    if not sep or not name or shape is None or any(d < 0 or d > 2**62 for d in shape):
-        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... with dims >= 0, got {text!r}")
-    return name, shape
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import OnnxImportError, OutputError
-from . import ExitCode, add_set_option, fail, parse_sets
+from . import ExitCode, add_set_option, fail, input_shape, int_in, parse_sets, seconds
 
 OPTIMIZE_EXAMPLES = """\
 examples:
@@ -15,18 +15,6 @@ examples:
   rlx-rules optimize model.onnx -o m.onnx --input-shape input_ids=1,128 --input-shape attention_mask=1,128
   rlx-rules optimize model.onnx -o m.onnx -r @onnx my_rules.rlxr --json
 """
-
-
-def shape_option(text: str) -> tuple[str, list[int]]:
-    """NAME=D0,D1,... -> (NAME, [D0, D1, ...])."""
-    name, sep, dims = text.rpartition("=")
-    try:
-        shape = [int(d) for d in dims.split(",")] if dims.strip() else []
-    except ValueError:
-        shape = None
-    if not sep or not name or shape is None or any(d < 0 for d in shape):
-        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... with dims >= 0, got {text!r}")
-    return name, shape
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,12 +50,14 @@ def add_command(subparsers) -> None:
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
                    help="rule files or @NAME (default: @onnx, the lifting rules then the fusion library)")
     add_set_option(p)
-    p.add_argument("--input-shape", action="append", type=shape_option, metavar="NAME=D0,D1,..",
+    p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
                    help="pin an input to a static shape (the attention rules need static shapes)")
     p.add_argument("--external-data", action="store_true",
                    help="weights to OUTPUT.data beside the model (automatic past 1 GiB)")
-    p.add_argument("--max-rewrites", type=int, default=None, help="fail if more rewrites than this are needed")
-    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="fail if apply takes longer")
+    p.add_argument("--max-rewrites", type=int_in(0), default=None, metavar="N",
+                   help="fail if more rewrites than this are needed (default 10 million)")
+    p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
+                   help="fail if apply takes longer (default 600)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(run=run)
