@@ -94,22 +94,26 @@ def session(path: Path, threads: int):
 
 
 def latencies_ms(sessions: dict, feed: dict, budget_s: float, max_runs: int) -> dict:
-    """Median latency of each session, measured round-robin (one run of each in turn), so that the load of a
-    shared machine falls on every variant alike."""
+    """Per session: the median and min wall time of a run, and the median CPU time of the calling thread (with one
+    intra-op thread ONNX Runtime computes on the caller, so that is the run's own work, whatever else the machine
+    runs). Sessions are measured round-robin (one run of each in turn): a shared machine's load falls on all alike."""
     feeds = {v: {i.name: feed[i.name] for i in s.get_inputs()} for v, s in sessions.items()}
     for v, s in sessions.items():
         for _ in range(2):
             s.run(None, feeds[v])
-    times: dict = {v: [] for v in sessions}
+    wall: dict = {v: [] for v in sessions}
+    cpu: dict = {v: [] for v in sessions}
     t_end = time.perf_counter() + budget_s * len(sessions)
     for k in range(max_runs):
         if k >= 5 and time.perf_counter() > t_end:
             break
         for v, s in sessions.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             s.run(None, feeds[v])
-            times[v].append(time.perf_counter() - t0)
-    return {v: (statistics.median(ts) * 1e3, min(ts) * 1e3, len(ts)) for v, ts in times.items()}
+            wall[v].append(time.perf_counter() - t0)
+            cpu[v].append(time.thread_time() - c0)
+    return {v: (statistics.median(wall[v]) * 1e3, min(wall[v]) * 1e3, statistics.median(cpu[v]) * 1e3, len(wall[v]))
+            for v in sessions}
 
 
 def measure(name: str, src: Path, feed: dict, model_type: str, heads: int, hidden: int, work: Path,
@@ -143,9 +147,11 @@ def measure(name: str, src: Path, feed: dict, model_type: str, heads: int, hidde
         del sess
     for t in threads:
         sessions = {v: session(paths[v], t) for v in runnable}
-        for v, (median, best, runs) in latencies_ms(sessions, feed, budget_s, max_runs).items():
+        for v, (median, best, cpu, runs) in latencies_ms(sessions, feed, budget_s, max_runs).items():
             row["ms"].setdefault(v, {})[t] = median
             row.setdefault("min_ms", {}).setdefault(v, {})[t] = best
+            if t == 1:
+                row.setdefault("cpu_ms", {})[v] = cpu
             row.setdefault("runs", {})[t] = runs
         del sessions
     return row
@@ -187,23 +193,33 @@ def cell(row: dict, variant: str, t: int) -> str:
     return f"{ms:.3f}" + (" (differs)" if bad else "")
 
 
+def ratio_cells(row: dict, values: dict) -> tuple[str, str]:
+    """rlx-rules against the best faithful alternative, and against the original (times in `values`)."""
+    ours_ms, orig = values.get("rlx_rules"), values.get("original")
+    others = [values[v] for v in VARIANTS[:3] if v in values and row["max_abs_diff"].get(v, 0) <= 1e-3]
+    return (f"{min(others) / ours_ms:.2f}x" if ours_ms and others else "-",
+            f"{orig / ours_ms:.2f}x" if ours_ms and orig else "-")
+
+
 def print_table(rows: list[dict], threads: list[int]) -> None:
-    print("| file | threads | original ms | ORT optimizer ms | onnxscript ms | rlx-rules ms | vs best other | "
-          "vs original | vs original (min) | rlx-rules max diff |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("CPU time of a run, 1 intra-op thread (ms, median; robust to other load on the machine):\n")
+    print("| file | original | ORT optimizer | onnxscript | rlx-rules | vs best other | vs original | max diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        cpu = row.get("cpu_ms", {})
+        cells = [f"{cpu[v]:.3f}" + (" (differs)" if row["max_abs_diff"].get(v, 0) > 1e-3 else "")
+                 if v in cpu else row["status"][v].split(":")[0] for v in VARIANTS]
+        diff = row["max_abs_diff"].get("rlx_rules")
+        print(f"| {row['file']} | " + " | ".join(cells) + " | " + " | ".join(ratio_cells(row, cpu)) +
+              f" | {'-' if diff is None else f'{diff:.1e}'} |")
+    print("\nWall time of a run (ms, median), by intra-op threads:\n")
+    print("| file | threads | original | ORT optimizer | onnxscript | rlx-rules | vs best other | vs original |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         for t in threads:
-            ours_ms = row["ms"].get("rlx_rules", {}).get(t)
-            others = [row["ms"][v][t] for v in VARIANTS[:3] if t in row["ms"].get(v, {})
-                      and row["max_abs_diff"].get(v, 0) <= 1e-3]
-            vs_best = f"{min(others) / ours_ms:.2f}x" if ours_ms and others else "-"
-            orig = row["ms"].get("original", {}).get(t)
-            vs_orig = f"{orig / ours_ms:.2f}x" if ours_ms and orig else "-"
-            mins = row.get("min_ms", {})
-            vs_min = f"{mins['original'][t] / mins['rlx_rules'][t]:.2f}x" if ours_ms and orig else "-"
-            diff = row["max_abs_diff"].get("rlx_rules")
-            print(f"| {row['file']} | {t} | " + " | ".join(cell(row, v, t) for v in VARIANTS) +
-                  f" | {vs_best} | {vs_orig} | {vs_min} | {'-' if diff is None else f'{diff:.1e}'} |", flush=True)
+            values = {v: ms[t] for v, ms in row["ms"].items() if t in ms}
+            print(f"| {row['file']} | {t} | " + " | ".join(cell(row, v, t) for v in VARIANTS) + " | " +
+                  " | ".join(ratio_cells(row, values)) + " |", flush=True)
 
 
 def run(args) -> None:
