@@ -133,24 +133,32 @@ def test_block_masked_rows_and_partial_rope(simd):
 
 # ---- the interpreter's Attention and Rope semantics (RLX), independently of the reference above ----
 
-@pytest.mark.parametrize("case", ["custom4d", "custom3d", "bias", "causal_kv_cache", "gqa_custom", "none"])
-def test_matches_the_interpreter_attention_op(case):
+@pytest.mark.parametrize("masked_rows", ["uniform", "zero"])
+@pytest.mark.parametrize("case", ["custom4d", "custom3d", "bias", "bias_inf", "causal_kv_cache", "causal_more_queries",
+                                  "gqa_custom", "none"])
+def test_matches_the_interpreter_attention_op(case, masked_rows):
     rng = np.random.default_rng(len(case))
     b, sq, sk, nh, d = 2, 5, 11, 4, 8
+    if case == "causal_more_queries":  # the first Sq - Sk queries see no key
+        sq, sk = 11, 5
     kv = 2 if case == "gqa_custom" else nh
     q, k, v = qkv(rng, b, sq, sk, nh, d, kv)
     kind, mask, kwargs = {
         "custom4d": ("Custom", keep_mask(rng, (b, 1, sq, sk)), {}),
         "custom3d": ("Custom", keep_mask(rng, (b, sq, sk)), {}),
         "bias": ("Bias", rng.standard_normal((1, nh, sq, sk)).astype(np.float32), {}),
+        "bias_inf": ("Bias", np.where(keep_mask(rng, (b, 1, sq, sk)) > 0.5, 0.0, -np.inf).astype(np.float32), {}),
         "causal_kv_cache": ("Causal", None, {}),
+        "causal_more_queries": ("Causal", None, {}),
         "gqa_custom": ("Custom", keep_mask(rng, (b, sk)), {}),
         "none": ("None", None, {"scale": 0.3}),
     }[case]
-    want = interpret_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
-                               None if mask is None else mask.astype(np.float64), nh, d, kind, kwargs.get("scale"))
+    with np.errstate(invalid="ignore"):  # uniform rows of only -inf bias are NaN, as numpy's softmax gives
+        want = interpret_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                                   None if mask is None else mask.astype(np.float64), nh, d, kind, kwargs.get("scale"),
+                                   masked_rows=masked_rows)
     got = attention(q, k, v, None if kind == "Bias" else mask, bias=mask if kind == "Bias" else None, num_heads=nh,
-                    mask_kind={"Bias": "custom"}.get(kind, kind.lower()), **kwargs)
+                    mask_kind={"Bias": "custom"}.get(kind, kind.lower()), masked_rows=masked_rows, **kwargs)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
