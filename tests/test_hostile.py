@@ -251,6 +251,35 @@ def test_a_node_growing_rule_stops_at_the_rewrite_limit_in_bounded_memory(tmp_pa
     assert not (tmp_path / "out.json").exists()
 
 
+@posix_only
+def test_the_interpreter_and_the_importer_refuse_huge_claimed_tensors_in_bounded_memory(tmp_path):
+    # a 150-byte graph claiming 10^10 elements took 4 GB in the interpreter; Range(0, 1e12) and a 4 TiB
+    # ConstantOfShape took 5 GB and more in ONNX import (the limits are helper H7's; here: bounded memory)
+    from onnx import TensorProto, helper
+
+    def ints(name, values):
+        return helper.make_tensor(name, TensorProto.INT64, [len(values)] if isinstance(values, list) else [],
+                                  values if isinstance(values, list) else [values])
+
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    for name, node, inits in (("range", helper.make_node("Range", ["s", "l", "d"], ["y"]),
+                               [ints("s", 0), ints("l", 10**12), ints("d", 1)]),
+                              ("fill", helper.make_node("ConstantOfShape", ["shape"], ["y"]),
+                               [ints("shape", [2**20, 2**20])])):
+        model = helper.make_model(helper.make_graph([node], name, [], out, inits),
+                                  opset_imports=[helper.make_opsetid("", 17)])
+        onnx.save(model, tmp_path / f"{name}.onnx")
+        done = limited("import", tmp_path / f"{name}.onnx", "-o", tmp_path / f"{name}.json")
+        assert done.returncode == ExitCode.GRAPH_ERROR and "over the limit" in done.stderr, done.stderr
+    graph = {"format": "rlx-graph", "version": 1, "nodes": [
+        {"id": 0, "op": "Constant", "attrs": {"value": 0.0}, "shape": [100000, 100000], "dtype": "f32"}],
+        "outputs": [0]}
+    code = ("import resource, json, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); import rlx_rules\n"
+            "try:\n    rlx_rules.run(sys.argv[1], {})\nexcept rlx_rules.GraphError as e:\n    print(e)" % (ONE_GIB, ONE_GIB))
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(graph)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "max_elements" in done.stdout, done.stderr
+
+
 # ---- 3. no panic or traceback ----
 
 def test_misaligned_arrays_are_a_kernel_error_not_a_panic():
