@@ -249,3 +249,30 @@ def test_block_argument_errors_are_kernel_errors():
         fused_attention_block(x, qkv_w, out_w, None, num_heads=2, rope=(np.ones((5, 4), np.float32),) * 2)
     with pytest.raises(KernelError, match="num_heads=5"):
         FusedAttentionBlock(qkv_w, out_w, num_heads=5)
+
+
+def test_parallel_paths_under_concurrent_python_threads(monkeypatch):
+    """With the small-work thresholds off, the few-row one-shot projections (split along K over the pool) and
+    attention with RoPE (per-thread rotated copies) stay exact while four Python threads call them at once."""
+    import concurrent.futures
+
+    monkeypatch.setenv("RLX_RULES_PARALLEL_MIN_FLOPS", "0")
+    rng = np.random.default_rng(15)
+    blocks = [make_block(1, s, 96, rng) for s in (1, 5, 8, 16)]
+    block_want = [ref.fused_attention_block(x, w, o, None, qb, ob, num_heads=3) for x, w, o, qb, ob in blocks]
+    atts = [qkv(rng, 1, s, s + 3, 4, 8, 2) for s in (2, 9, 33, 64)]
+    ropes = [ref.rope_tables(s + 3, 6) for s in (2, 9, 33, 64)]
+    att_want = [ref.attention(q, k, v, num_heads=4, mask_kind="causal", rope=r) for (q, k, v), r in zip(atts, ropes)]
+
+    def run(i):
+        x, w, o, qb, ob = blocks[i]
+        q, k, v = atts[i]
+        return [(fused_attention_block(x, w, o, None, qb, ob, num_heads=3, threads=2),
+                 attention(q, k, v, num_heads=4, mask_kind="causal", rope=ropes[i], threads=2)) for _ in range(5)]
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(4)))
+    for i, rounds in enumerate(results):
+        for got_block, got_att in rounds:
+            np.testing.assert_allclose(got_block, block_want[i], rtol=RTOL, atol=ATOL)
+            np.testing.assert_allclose(got_att, att_want[i], rtol=RTOL, atol=ATOL)
