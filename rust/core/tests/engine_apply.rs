@@ -176,15 +176,18 @@ fn malformed_programs_are_refused_not_run() {
         assert!(Program::from_json_str(bad).is_err(), "accepted {bad:?}");
     }
     // a slot read before it is bound, an out-of-range absorb, and a rewrite that replaces nothing
-    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
-    doc["rules"][1]["code"][0] = json!({"i": "same", "slot": 0, "index": 0, "as": 3});
+    let base = json!({"format": "rlx-program", "version": 1, "phases": [{"name": "flip", "max_iterations": 1, "rules": ["a"]}],
+        "rules": [flip_rule("a", "Relu", "Sigmoid")]});
+    assert!(Program::from_json_str(&base.to_string()).is_ok());
+    let mut doc = base.clone();
+    doc["rules"][0]["code"][0] = json!({"i": "same", "slot": 0, "index": 0, "as": 1});
     let err = Program::from_json_str(&doc.to_string()).unwrap_err();
     assert!(err.message.contains("before it is bound") && err.kind == ProgramErrorKind::Invalid, "{err:?}");
-    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
-    doc["rules"][1]["absorb"] = json!([99]);
+    let mut doc = base.clone();
+    doc["rules"][0]["absorb"] = json!([99]);
     assert!(Program::from_json_str(&doc.to_string()).is_err());
-    let mut doc: Value = serde_json::from_str(PROGRAM).unwrap();
-    doc["rules"][1]["rewrite"][0]["replaces"] = Value::Null;
+    let mut doc = base;
+    doc["rules"][0]["rewrite"][0]["replaces"] = Value::Null;
     assert!(Program::from_json_str(&doc.to_string()).is_err());
 }
 
