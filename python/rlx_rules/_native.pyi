@@ -41,7 +41,7 @@ class ApplyError(RlxRulesError):
     report: str
 
 class KernelError(RlxRulesError, ValueError):
-    """A fused kernel refused its arguments (shape, dtype, layout) or failed."""
+    """A fused kernel refused its arguments or failed. kind: shape, layout, argument, internal."""
 
 class OutputError(RlxRulesError, OSError):
     """A file could not be written (the weights archive). kind: io."""

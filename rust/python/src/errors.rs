@@ -50,7 +50,7 @@ const CLASSES: [(Class, &str, Also, &str); 7] = [
      "Applying rules failed; no output was written. kind: invalid_result, debug_failure, report, and (only with \
       on_limit=\"raise\") rewrite_limit, time_budget."),
     (Class::Kernel, "KernelError", Also::ValueError,
-     "A fused kernel refused its arguments (shape, dtype, layout) or failed."),
+     "A fused kernel refused its arguments or failed. kind: shape, layout, argument, internal."),
     (Class::Output, "OutputError", Also::OsError,
      "A file could not be written (the weights archive). kind: io."),
 ];
