@@ -213,6 +213,25 @@ def test_a_fifo_as_a_graph_streams_up_to_the_limit(tmp_path):
     writer.join()
 
 
+@posix_only
+def test_a_rule_file_that_is_a_fifo_is_refused_instead_of_blocking(tmp_path, capsys):
+    os.mkfifo(tmp_path / "rules.rlxr")  # opening it would wait for a writer forever
+    code, err = cli(capsys, "check", tmp_path / "rules.rlxr")
+    assert code == ExitCode.RULE_ERROR and "not a regular file" in err
+    (tmp_path / "top.rlxr").write_text('include "rules.rlxr"\n' + RULE)
+    with pytest.raises(RuleError, match="not a regular file"):
+        rlx_rules.compile_rules(tmp_path / "top.rlxr")
+
+
+def test_the_rule_file_size_limit_is_overridable(files, capsys):
+    size = (files / "r.rlxr").stat().st_size
+    assert rlx_rules.compile_rules(files / "r.rlxr", max_rule_bytes=size).rule_names == ["r"]
+    with pytest.raises(RuleError, match=f"larger than {size - 1} bytes"):
+        rlx_rules.compile_rules(files / "r.rlxr", max_rule_bytes=size - 1)
+    code, err = cli(capsys, "apply", files / "g.json", "-r", files / "r.rlxr", "--max-rule-bytes", 10)
+    assert code == ExitCode.RULE_ERROR and "larger than 10 bytes" in err
+
+
 def test_twenty_thousand_shadowing_warnings_are_summarized(tmp_path):
     n = 1500  # n(n-1)/2 = 1.1 million warnings before; the same code path as 20,000 rules, in seconds
     text = "\n".join(f"rule r{i} {{ match {{ a = Relu(x) }} rewrite a => Gelu(x) }}" for i in range(n))

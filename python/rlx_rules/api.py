@@ -16,7 +16,7 @@ from .lang.compile import compile_program
 from .errors import Diagnostic, ParamError, RuleError
 from .graph import Graph, count_argument, load_graph
 from .lang.params import ParamValue, resolve
-from .lang.parse import parse_files, parse_text
+from .lang.parse import MAX_SOURCE_BYTES, parse_files, parse_text
 from .lang.registry import Registry, builtin_registry
 from .report import Report
 from .tools.explain import NearMiss
@@ -151,11 +151,12 @@ def rule_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[str]:
 
 
 def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optional[Mapping[str, object]] = None,
-                  registry: Optional[Registry] = None) -> RuleSet:
-    """Parse, check and compile rule files (and what they include): one path or a list of them. Raises
-    RuleError listing every error."""
+                  registry: Optional[Registry] = None, max_rule_bytes: Optional[int] = None) -> RuleSet:
+    """Parse, check and compile rule files (and what they include): one path or a list of them, each at most
+    `max_rule_bytes` bytes (default 4 MiB). Raises RuleError listing every error."""
     registry = registry or builtin_registry()
-    files, sources = parse_files(rule_paths(paths))
+    limit = count_argument("max_rule_bytes", max_rule_bytes)
+    files, sources = parse_files(rule_paths(paths), max_bytes=MAX_SOURCE_BYTES if limit is None else limit)
     checked = check(files, sources, registry)
     warnings = checked.warnings + analyze(checked, registry, sources)
     program = compile_program(checked, registry, sources)
@@ -179,6 +180,7 @@ def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mappi
     return RuleSet(compile_program(checked, registry, sources), warnings, params)
 
 
-def load_rules(*paths: PathLike, params: Optional[Mapping[str, object]] = None) -> RuleSet:
+def load_rules(*paths: PathLike, params: Optional[Mapping[str, object]] = None,
+               max_rule_bytes: Optional[int] = None) -> RuleSet:
     """Compile the given rule files, or the bundled standard library when none are given."""
-    return compile_rules(list(paths) or [default_rules()], params=params)
+    return compile_rules(list(paths) or [default_rules()], params=params, max_rule_bytes=max_rule_bytes)

@@ -92,6 +92,12 @@ def seconds(text: str) -> float:
     return value
 
 
+def add_rule_limit_option(parser: argparse.ArgumentParser) -> None:
+    """`--max-rule-bytes`: the rule parser's limit on a file's size, for commands that compile rule files."""
+    parser.add_argument("--max-rule-bytes", type=int_in(1), default=None, metavar="BYTES",
+                        help="refuse a rule file larger than this (default 4 MiB)")
+
+
 def add_graph_limit_options(parser: argparse.ArgumentParser) -> None:
     """`--max-graph-bytes` and `--max-nodes`: the graph loader's limits (docs/security.md), for commands that
     read a graph.json."""

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import ExitCode
+from . import ExitCode, add_rule_limit_option
 
 
 def run(args: argparse.Namespace) -> int:
     from ..api import compile_rules
 
-    rules = compile_rules(args.rules)
+    rules = compile_rules(args.rules, max_rule_bytes=args.max_rule_bytes)
     for w in rules.warnings:
         print(w.format(), file=sys.stderr)
     if args.strict and rules.warnings:
@@ -29,5 +29,6 @@ def add_command(subparsers) -> None:
     c = subparsers.add_parser("check", help="check rule files and print every error")
     c.add_argument("rules", nargs="+", help="rule files")
     c.add_argument("--strict", action="store_true", help="treat warnings as errors")
+    add_rule_limit_option(c)
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(run=run)

@@ -426,10 +426,11 @@ def _too_deep(tree: lark.Tree, limit: int):
     return None
 
 
-def parse_text(text: str, path: str = "<string>") -> ast.RuleFile:
-    """Parse one rule file's text. Raises RuleError (with file:line:col and a caret) on a syntax error."""
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
-        raise RuleError([Diagnostic(ast.Loc(path, 1, 1), f"rule file is larger than {MAX_SOURCE_BYTES} bytes")])
+def parse_text(text: str, path: str = "<string>", *, max_bytes: int = MAX_SOURCE_BYTES) -> ast.RuleFile:
+    """Parse one rule file's text (at most `max_bytes` bytes of UTF-8). Raises RuleError (with file:line:col and
+    a caret) on a syntax error."""
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise RuleError([Diagnostic(ast.Loc(path, 1, 1), f"rule file is larger than {max_bytes} bytes")])
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:  # only text given as a str can hold one; a file would not decode
@@ -459,17 +460,18 @@ def parse_text(text: str, path: str = "<string>") -> ast.RuleFile:
 MAX_INCLUDE_DEPTH = 16
 
 
-def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
+def parse_files(paths: list[str], *, max_bytes: int = MAX_SOURCE_BYTES) -> tuple[list[ast.RuleFile], dict[str, str]]:
     """Parse rule files and, depth first, the files they include (each file once, in include order).
 
     Include paths are relative to the including file, and must stay inside the include root of the file
     named in `paths` that the include chain started from (see `include_root`): rules are data, and a
     rule file reads no file outside its own tree (docs/security.md). Returns the files in the order
     their items apply, and each file's source text (for diagnostics). Raises RuleError for unreadable
-    files, syntax errors, include cycles, includes that leave the tree, and includes nested deeper than
-    MAX_INCLUDE_DEPTH.
+    files, syntax errors, include cycles, includes that leave the tree, includes nested deeper than
+    MAX_INCLUDE_DEPTH, and files over `max_bytes` or not regular files (a FIFO would block the read).
     """
     import os
+    import stat
 
     files: list[ast.RuleFile] = []
     sources: dict[str, str] = {}
@@ -486,15 +488,18 @@ def parse_files(paths: list[str]) -> tuple[list[ast.RuleFile], dict[str, str]]:
             raise RuleError([Diagnostic(at, f"includes nest deeper than {MAX_INCLUDE_DEPTH} files",
                                         source_line=_source_line(sources, at))])
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise RuleError([Diagnostic(at, f"cannot read rule file {path!r}: not a regular file",
+                                            source_line=_source_line(sources, at))])
             with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not syntax
-                text = fh.read(MAX_SOURCE_BYTES + 1)  # bounded: parse_text refuses anything longer
+                text = fh.read(max_bytes + 1)  # bounded: parse_text refuses anything longer
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise RuleError([Diagnostic(at, f"cannot read rule file {path!r}: {reason}",
                                         source_line=_source_line(sources, at))]) from None
         display = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
         sources[display] = text
-        parsed = parse_text(text, display)
+        parsed = parse_text(text, display, max_bytes=max_bytes)
         done.add(real)
         for item in parsed.items:
             if isinstance(item, ast.Include):
