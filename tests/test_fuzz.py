@@ -271,12 +271,13 @@ CLI_VALUES = st.one_of(st.integers(-2**70, 2**70).map(str), st.floats().map(repr
 # (no absolute paths: nothing is written outside the temporary folder; no NUL, which no real argv can hold)
 CLI_COMMANDS = {
     "apply": ["-r", "-o", "--set", "--max-rewrites", "--time-budget", "--max-iterations", "--max-graph-bytes",
-              "--max-nodes", "--json", "--pretty", "--explain", "-q", "--in-place"],
-    "explain": ["-r", "--rule", "--node", "--all", "--set", "--max-graph-bytes", "--max-nodes", "--json"],
-    "check": ["--strict", "-q"],
-    "show": ["-r", "--node", "--radius", "--set", "--max-graph-bytes", "--max-nodes"],
+              "--max-nodes", "--max-rule-bytes", "--json", "--pretty", "--explain", "-q", "--in-place"],
+    "explain": ["-r", "--rule", "--node", "--all", "--set", "--max-graph-bytes", "--max-nodes", "--max-rule-bytes",
+                "--json"],
+    "check": ["--strict", "-q", "--max-rule-bytes"],
+    "show": ["-r", "--node", "--radius", "--set", "--max-graph-bytes", "--max-nodes", "--max-rule-bytes"],
     "import": ["-o", "--weights", "--inline-max", "--format", "-q"],
-    "export": ["-o", "--format", "--allow-non-rlx", "--pretty", "-q"],
+    "export": ["-o", "--format", "--opset", "--allow-non-rlx", "--pretty", "-q", "--max-graph-bytes"],
 }
 FLAGS = {"--json", "--pretty", "--explain", "-q", "--in-place", "--all", "--strict", "--allow-non-rlx"}
 EXIT_CODES = {int(c) for c in __import__("rlx_rules.cli", fromlist=["ExitCode"]).ExitCode} - {70}
