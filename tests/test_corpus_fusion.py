@@ -46,14 +46,8 @@ XFAIL = {
     "deberta_v2": "disentangled attention: the c2p/p2c scores are gathered along relative distances "
                   "(GatherElements over q·k_rᵀ and k·q_rᵀ) and added to q·kᵀ before one scale and XSoftmax; "
                   "no rule lifts that score sum to Attention with a Bias yet",
-    "gpt_neo": "unscaled scores masked by Where(causal, scores, finfo.min) before the padding mask is added: "
-               "no canonical form turns the Where on the scores into an additive mask yet",
     "bloom": "ALiBi through baddbmm on [B·H, S, S] 3-D scores (β·alibi + α·q·kᵀ) and the heads kept merged: "
              "no rule for the 3-D score form yet",
-    "phi3.eager.legacy": "the legacy export slices the fused QKV rotary halves by sizes computed from Shape "
-                         "of a tensor whose static shape the importer learns only after it converted the "
-                         "Slice (its own shapes are not fed back into constant folding): k stays unk-shaped",
-    "phi3.sdpa.legacy": "as phi3.eager.legacy: rotary Slice sizes from Shape, folded too late, k unk-shaped",
 }
 
 

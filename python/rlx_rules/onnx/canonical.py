@@ -8,6 +8,8 @@ Each step keeps values exactly (it only removes, merges or reorders data movemen
   [B, H, S, D], the Reshape pair collapsing into one, or none);
 - a scalar Mul moves below a Reshape or Transpose, and out of a rank-4 MatMul's operands: (q·c)·(kᵀ·c') becomes
   (q·kᵀ)·(c·c') (one rounding of the scale; OPT scales q right after its projection, SDPA both q and kᵀ);
+- Where(keep, scores, fill) with a scalar fill ≤ −1e30 becomes scores + Where(keep, 0, fill) (GPT-Neo's causal
+  mask on the scores): a kept score is s + 0 = s, a masked one s + fill = fill in float32 (|s| < 1e22);
 - (scores + b1) + b2 becomes scores + (b1 + b2) for rank-4 attention scores (MatMul, or a scaled MatMul): one
   additive bias (T5's and MPNet's relative positions plus the padding mask), one rounding apart;
 - a one-element Constant that only feeds broadcasting ops, none of which it makes any bigger, is a scalar;
@@ -177,9 +179,33 @@ class Canonicalizer:
                 n["inputs"] = [sc, bias]
                 return
 
+    def additive_where(self, n: dict) -> None:
+        """Where(keep, scores, fill) -> Add(scores, Where(keep, 0, fill)), fill a scalar Constant <= -1e30."""
+        ins = n.get("inputs", [])
+        if len(ins) != 3 or not self.is_scores(ins[1]):
+            return
+        fill = self.by_id[ins[2]]
+        value = fill.get("attrs", {}).get("value")
+        if fill["op"] != "Constant" or fill.get("shape") != [] or value is None:
+            return
+        try:
+            if not float(value) <= -1e30:
+                return
+        except (TypeError, ValueError):
+            return
+        keep = self.by_id[ins[0]]
+        if not _static(keep.get("shape")):
+            return
+        zero = self.constant(0.0, n.get("dtype"))
+        mask = self.new_node("Where", [keep["id"], zero, fill["id"]], {}, list(keep["shape"]), n.get("dtype"))
+        n["op"], n["inputs"] = "Add", [ins[1], mask]
+
     def visit(self, n: dict) -> None:
         op = n["op"]
         if self.scale_out(n):
+            return
+        if op == "Where":
+            self.additive_where(n)
             return
         if op == "Add":
             self.gather_bias(n)

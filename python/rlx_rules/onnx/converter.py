@@ -13,6 +13,7 @@ from .common import BINARY, COMPARE, DTYPES, FOLDED_INPUTS, MIN_OPSET, REDUCE, S
 from .folding import FOLDERS, FOLD_MAX, NoFold, fold_int_list
 from .model import constant_size
 from .op_converters import OpConverters
+from .propagate import propagate
 from .shapes import computed_shape, is_unknown, merge_shapes, prune, refine_shapes, toposorted
 
 
@@ -189,6 +190,7 @@ class Converter(OpConverters):
         for node in self.in_order:
             self.convert(node)
         outputs = [self.value(o.name) for o in self.graph.output]
+        propagate(self.nodes)
         if self.canonical:
             outputs = canonicalize(self.nodes, outputs)
         nodes, outputs = prune(self.nodes, outputs)

@@ -1,0 +1,160 @@
+"""Constant propagation after conversion: integer shape arithmetic that became constant only once the importer knew
+its own shapes (Shape of a tensor whose static shape it computed later) is evaluated, and the ONNX-only ops it
+fed become RLX's: OnnxReshape -> Reshape, OnnxExpand -> Expand, OnnxSlice -> Narrow."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+
+from .common import value_to_json
+from .op_converters import expand_target
+from .shapes import computed_shape, is_unknown, merge_shapes
+
+MAX_VALUE = 64  # the most elements a propagated constant may have (shape vectors and scalars)
+
+_INTS = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16,
+         "u32": np.uint32, "u64": np.uint64, "bool": np.bool_}
+
+
+def _static(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def _axis(a: int, rank: int) -> int:
+    return a + rank if a < 0 else a
+
+
+def _div(at, a, b):
+    if np.any(b == 0):
+        raise ValueError("division by zero")
+    q = np.abs(a) // np.abs(b)  # ONNX truncates toward zero
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+def _unsqueeze(at, x):
+    axes = sorted(_axis(a, x.ndim + len(at["axes"])) for a in at["axes"])
+    for a in axes:
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _narrow(at, x):
+    index = [slice(None)] * x.ndim
+    index[at["axis"]] = slice(at["start"], at["start"] + at["len"])
+    return x[tuple(index)]
+
+
+_EVAL: dict[str, Callable] = {
+    "Gather": lambda at, x, i: np.take(x, i, axis=at.get("axis", 0)),
+    "Concat": lambda at, *xs: np.concatenate(xs, axis=at["axis"]),
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": lambda at, x: np.squeeze(x, axis=tuple(_axis(a, x.ndim) for a in at["axes"])),
+    "Reshape": lambda at, x: x.reshape(at["new_shape"]),
+    "Narrow": _narrow,
+    "Add": lambda at, a, b: a + b,
+    "Sub": lambda at, a, b: a - b,
+    "Mul": lambda at, a, b: a * b,
+    "Div": _div,
+    "Neg": lambda at, a: -a,
+    "Cast": lambda at, a: a.astype(_INTS[at["to"]]),  # integer and bool targets only (KeyError otherwise)
+    "Max": lambda at, a, b: np.maximum(a, b),
+    "Min": lambda at, a, b: np.minimum(a, b),
+}
+
+
+def _value(n: dict) -> Optional[np.ndarray]:
+    """An integer or bool inline Constant's value, with its declared shape."""
+    dtype = _INTS.get(n.get("dtype"))
+    value = n.get("attrs", {}).get("value")
+    if dtype is None or value is None or not _static(n.get("shape")):
+        return None
+    arr = np.asarray(value, dtype=dtype)
+    shape = n["shape"]
+    return np.broadcast_to(arr, shape).copy() if arr.ndim == 0 else arr.reshape(shape)
+
+
+class Propagator:
+    def __init__(self, nodes: list[dict]):
+        self.nodes = nodes
+        self.by_id = {n["id"]: n for n in nodes}
+        self.known: dict[int, np.ndarray] = {}
+
+    def shape(self, i: int):
+        return self.by_id[i].get("shape")
+
+    def refine(self, n: dict) -> None:
+        shape = n.get("shape")
+        if shape is None or any(is_unknown(d) for d in shape):
+            merged = merge_shapes(shape, computed_shape(n, [self.shape(i) for i in n.get("inputs", ())]))
+            if merged is not None:
+                n["shape"] = merged
+
+    def run(self) -> None:
+        for n in self.nodes:
+            self.visit(n)
+
+    def visit(self, n: dict) -> None:
+        self.refine(n)
+        op, ins = n["op"], n.get("inputs", [])
+        value = None
+        try:
+            if op == "Constant":
+                value = _value(n)
+            elif op == "Shape" and ins and _static(self.shape(ins[0])):
+                at = n.get("attrs", {})
+                dims = self.shape(ins[0])
+                value = np.array(dims[at.get("start", 0):at.get("end", len(dims))], dtype=np.int64)
+            elif op in _EVAL and ins and all(i in self.known for i in ins):
+                value = np.asarray(_EVAL[op](n.get("attrs", {}), *[self.known[i] for i in ins]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            value = None
+        if value is not None and value.size <= MAX_VALUE and (value.dtype.kind in "iub"):
+            self.known[n["id"]] = value
+            if op != "Constant":
+                n["op"], n["attrs"], n["shape"] = "Constant", {"value": value_to_json(value)}, list(value.shape)
+                n.pop("inputs", None)
+            return
+        self.lift_onnx_op(n)
+
+    def lift_onnx_op(self, n: dict) -> None:
+        op, ins = n["op"], n.get("inputs", [])
+        src = self.shape(ins[0]) if ins else None
+        if op == "OnnxReshape" and len(ins) == 2 and ins[1] in self.known:
+            new = [int(d) for d in self.known[ins[1]].reshape(-1)]
+            if not n.get("attrs", {}).get("allowzero", 0):
+                if 0 in new and not (src is not None and all(isinstance(src[k], int) for k, d in enumerate(new) if d == 0)):
+                    return
+                new = [src[k] if d == 0 else d for k, d in enumerate(new)]
+            n["op"], n["attrs"], n["inputs"] = "Reshape", {"new_shape": new}, [ins[0]]
+        elif op == "OnnxExpand" and len(ins) == 2 and ins[1] in self.known:
+            target = expand_target(src, [int(d) for d in self.known[ins[1]].reshape(-1)])
+            if target is None:
+                return
+            n["op"], n["attrs"], n["inputs"] = "Expand", {"target_shape": target}, [ins[0]]
+        elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and all(i in self.known for i in ins[1:]) and _static(src):
+            parts = [[int(v) for v in self.known[i].reshape(-1)] for i in ins[1:]]
+            starts, ends = parts[0], parts[1]
+            axes = parts[2] if len(parts) > 2 else list(range(len(starts)))
+            steps = parts[3] if len(parts) > 3 else [1] * len(starts)
+            if len(starts) != 1 or steps != [1]:
+                return
+            axis = _axis(axes[0], len(src))
+            dim = src[axis]
+            s = max(0, min(dim, starts[0] + dim if starts[0] < 0 else starts[0]))
+            e = max(0, min(dim, ends[0] + dim if ends[0] < 0 else ends[0]))
+            n["op"], n["attrs"], n["inputs"] = "Narrow", {"axis": axis, "start": s, "len": max(0, e - s)}, [ins[0]]
+        else:
+            return
+        shape = n.get("shape")
+        got = computed_shape(n, [self.shape(i) for i in n["inputs"]])
+        if got is not None and all(isinstance(d, int) for d in got):
+            n["shape"] = got
+        elif shape is not None:
+            n["shape"] = merge_shapes(shape, got)
+
+
+def propagate(nodes: list[dict]) -> None:
+    """Constant propagation over the converter's node list (in place, topological order kept)."""
+    Propagator(nodes).run()
