@@ -2,9 +2,9 @@
 
 Each variant is run in the reference interpreter first and its computed shapes written back (`reinferred`),
 so changing an op, a permutation or a leaf's dim gives a graph that runs: every other op of the pattern's
-`A|B` alternatives, random permutations, every axis, every dtype of a Cast, all leaf dims equal (where a
-permutation keeps the shape without being the identity), and, for each input dim, the values on both sides
-of where the rule stops firing (a threshold guard's boundary).
+`A|B` alternatives, random permutations, shape attributes reversed, every axis, every dtype of a Cast, all
+leaf dims equal (where a permutation keeps the shape without being the identity), and, for each input dim,
+the values on both sides of where the rule stops firing (a threshold guard's boundary).
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def consistent(data: dict, seed: int) -> bool:
 
 def space_mutants(data: dict, rule: dict, seed: int) -> Iterator[tuple[str, dict]]:
     """The rule's whole space around a graph it fires on, each made consistent by running it: every other op
-    alternative of the pattern, random permutations, every axis, every dtype of a Cast, and all dims equal
-    (where a permutation can keep the shape without being the identity)."""
+    alternative of the pattern, random permutations, shape attributes in reverse order, every axis, every dtype
+    of a Cast, and all dims equal (where a permutation can keep the shape without being the identity)."""
     rng = np.random.default_rng(seed)
     alternatives = _op_alternatives(rule)
 
@@ -111,6 +111,9 @@ def space_mutants(data: dict, rule: dict, seed: int) -> Iterator[tuple[str, dict
                         perm = [int(k) for k in rng.permutation(len(value))]
                         if perm != value:
                             yield f"{label}.{attr} = {perm}", changed(d, i, **{attr: perm})
+                elif isinstance(value, list) and len(value) > 1 and all(type(v) is int for v in value) \
+                        and value != value[::-1]:  # a shape attribute: the same dims in another order
+                    yield f"{label}.{attr} = {value[::-1]}", changed(d, i, **{attr: value[::-1]})
                 elif attr in ("axis", "dim") and isinstance(value, int) and not isinstance(value, bool):
                     for axis in range(-rank, rank):
                         if axis != value:
