@@ -482,17 +482,7 @@ impl<'g> WorkGraph<'g> {
                     Some(k) => std::mem::replace(&mut added[k], Node::new(0, String::new())),
                 })
                 .collect(),
-            Cow::Owned(mut nodes) => order
-                .iter()
-                .map(|&i| {
-                    let slot = match (i as usize).checked_sub(n_base) {
-                        None => &mut nodes[i as usize],
-                        Some(k) => &mut added[k],
-                    };
-                    // Move each live node out once (an empty Node left behind allocates nothing).
-                    std::mem::replace(slot, Node::new(0, String::new()))
-                })
-                .collect(),
+            Cow::Owned(nodes) => place_owned(nodes, added, &order),
         };
         let mut nodes: Vec<Node> = nodes;
         for (p, ids) in forwarded {
@@ -531,4 +521,33 @@ impl<'g> WorkGraph<'g> {
         }
         Ok(sorted)
     }
+}
+
+/// The nodes of `order` (arena indices: the loaded `nodes`, then `added`), moved out in that order. When every
+/// loaded node comes no earlier than where it is written (each rewrite removed at least as many nodes before a
+/// point as it added), they are moved within `nodes`' own buffer, so the result needs no second array of nodes.
+fn place_owned(mut nodes: Vec<Node>, mut added: Vec<Node>, order: &[u32]) -> Vec<Node> {
+    let n_base = nodes.len();
+    // An empty Node left behind allocates nothing.
+    let take = |slot: &mut Node| std::mem::replace(slot, Node::new(0, String::new()));
+    let in_place = order.iter().enumerate().all(|(p, &i)| i as usize >= n_base || p <= i as usize);
+    if !in_place {
+        return order
+            .iter()
+            .map(|&i| match (i as usize).checked_sub(n_base) {
+                None => take(&mut nodes[i as usize]),
+                Some(k) => take(&mut added[k]),
+            })
+            .collect();
+    }
+    for (p, &i) in order.iter().enumerate() {
+        let node = match (i as usize).checked_sub(n_base) {
+            None => take(&mut nodes[i as usize]),
+            Some(k) => take(&mut added[k]),
+        };
+        // Position p holds a dead node, or one already moved to an earlier position.
+        nodes[p] = node;
+    }
+    nodes.truncate(order.len());
+    nodes
 }
