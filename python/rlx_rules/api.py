@@ -9,14 +9,10 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from . import _native
-from .lang import ast
-from .lang.analyze import analyze
-from .lang.check import check
-from .lang.compile import compile_program
-from .errors import Diagnostic, ParamError, RuleError
+from .errors import Diagnostic, ParamError, ProgramError, RuleError
 from .graph import Graph, count_argument, load_graph
+from .lang import MAX_SOURCE_BYTES, cache as rule_cache
 from .lang.params import ParamValue, resolve
-from .lang.parse import MAX_SOURCE_BYTES, parse_files, parse_text
 from .lang.registry import Registry, builtin_registry
 from .report import Report
 from .tools.explain import NearMiss
@@ -151,21 +147,50 @@ def rule_paths(paths: Union[PathLike, Sequence[PathLike]]) -> list[str]:
 
 
 def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optional[Mapping[str, object]] = None,
-                  registry: Optional[Registry] = None, max_rule_bytes: Optional[int] = None) -> RuleSet:
+                  registry: Optional[Registry] = None, max_rule_bytes: Optional[int] = None,
+                  cache: bool = False) -> RuleSet:
     """Parse, check and compile rule files (and what they include): one path or a list of them, each at most
-    `max_rule_bytes` bytes (default 4 MiB). Raises RuleError listing every error."""
-    registry = registry or builtin_registry()
+    `max_rule_bytes` bytes (default 4 MiB). Raises RuleError listing every error.
+
+    With `cache=True` (and the built-in registry) the compiled program and warnings are read from, or written
+    to, the compiled-rule cache (rlx_rules.lang.cache; RLX_RULES_NO_CACHE=1 turns it off): the same result,
+    without parsing the rules again when no file they read has changed."""
     limit = count_argument("max_rule_bytes", max_rule_bytes)
-    files, sources = parse_files(rule_paths(paths), max_bytes=MAX_SOURCE_BYTES if limit is None else limit)
-    checked = check(files, sources, registry)
+    max_bytes = MAX_SOURCE_BYTES if limit is None else limit
+    files = rule_paths(paths)
+    cached = cache and registry is None and rule_cache.enabled()
+    if cached:
+        hit = rule_cache.load(files, max_bytes)
+        if hit is not None:
+            try:
+                return RuleSet(hit[0], hit[1], params)
+            except ProgramError:  # an entry the core refuses is corrupt: compile, and write it again
+                pass
+    from .lang.analyze import analyze
+    from .lang.check import check
+    from .lang.compile import compile_program
+    from .lang.parse import parse_files
+
+    registry = registry or builtin_registry()
+    parsed, sources = parse_files(files, max_bytes=max_bytes)
+    checked = check(parsed, sources, registry)
     warnings = checked.warnings + analyze(checked, registry, sources)
     program = compile_program(checked, registry, sources)
-    return RuleSet(program, warnings, params)
+    rules = RuleSet(program, warnings, params)
+    if cached:
+        rule_cache.store(files, sources, program, warnings)
+    return rules
 
 
 def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mapping[str, object]] = None,
                  registry: Optional[Registry] = None) -> RuleSet:
     """Compile rules given as text (includes are not allowed here)."""
+    from .lang import ast
+    from .lang.analyze import analyze
+    from .lang.check import check
+    from .lang.compile import compile_program
+    from .lang.parse import parse_text
+
     if not isinstance(text, str):
         raise ParamError(f"rule text must be a str, not {type(text).__name__}")
     registry = registry or builtin_registry()
@@ -181,6 +206,8 @@ def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mappi
 
 
 def load_rules(*paths: PathLike, params: Optional[Mapping[str, object]] = None,
-               max_rule_bytes: Optional[int] = None) -> RuleSet:
-    """Compile the given rule files, or the bundled standard library when none are given."""
-    return compile_rules(list(paths) or [default_rules()], params=params, max_rule_bytes=max_rule_bytes)
+               max_rule_bytes: Optional[int] = None, cache: bool = False) -> RuleSet:
+    """Compile the given rule files, or the bundled standard library when none are given (`cache`: see
+    compile_rules)."""
+    return compile_rules(list(paths) or [default_rules()], params=params, max_rule_bytes=max_rule_bytes,
+                         cache=cache)

@@ -92,6 +92,13 @@ def seconds(text: str) -> float:
     return value
 
 
+def add_cache_option(parser: argparse.ArgumentParser) -> None:
+    """`--no-cache`: compile the rules without the compiled-rule cache (rlx_rules.lang.cache; also
+    RLX_RULES_NO_CACHE=1)."""
+    parser.add_argument("--no-cache", dest="cache", action="store_false",
+                        help="compile the rules again instead of using the compiled-rule cache")
+
+
 def add_rule_limit_option(parser: argparse.ArgumentParser) -> None:
     """`--max-rule-bytes`: the rule parser's limit on a file's size, for commands that compile rule files."""
     parser.add_argument("--max-rule-bytes", type=int_in(1), default=None, metavar="BYTES",

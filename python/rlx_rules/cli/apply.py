@@ -8,8 +8,8 @@ import os
 import sys
 
 from ..errors import GraphError
-from . import (EXAMPLES, ExitCode, add_graph_limit_options, add_rule_limit_option, add_set_option, fail, int_in,
-               load_graph_arg, parse_sets, seconds)
+from . import (EXAMPLES, ExitCode, add_cache_option, add_graph_limit_options, add_rule_limit_option, add_set_option,
+               fail, int_in, load_graph_arg, parse_sets, seconds)
 
 
 def default_output(graph_path: str) -> str:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         graph = load_graph_arg(args)
     rules = load_rules(*(args.rules or default_rule_sets(graph)), params=parse_sets(args.set),
-                       max_rule_bytes=args.max_rule_bytes)
+                       max_rule_bytes=args.max_rule_bytes, cache=args.cache)
     for w in rules.warnings:
         print(w.format(), file=sys.stderr)
     if not args.quiet:
@@ -102,6 +102,7 @@ def add_command(subparsers) -> None:
                    help="iterations per phase at most (default 1000; a rule file's max_iterations cannot raise it)")
     add_graph_limit_options(p)
     add_rule_limit_option(p)
+    add_cache_option(p)
     p.add_argument("--explain", action="store_true", help="add each unfired rule's best near miss to the report")
     p.add_argument("-q", "--quiet", action="store_true", help="print no report")
     p.set_defaults(run=run)

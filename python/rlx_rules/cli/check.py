@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import ExitCode, add_rule_limit_option
+from . import ExitCode, add_cache_option, add_rule_limit_option
 
 
 def run(args: argparse.Namespace) -> int:
     from ..api import compile_rules
 
-    rules = compile_rules(args.rules, max_rule_bytes=args.max_rule_bytes)
+    rules = compile_rules(args.rules, max_rule_bytes=args.max_rule_bytes, cache=args.cache)
     for w in rules.warnings:
         print(w.format(), file=sys.stderr)
     if args.strict and rules.warnings:
@@ -30,5 +30,6 @@ def add_command(subparsers) -> None:
     c.add_argument("rules", nargs="+", help="rule files")
     c.add_argument("--strict", action="store_true", help="treat warnings as errors")
     add_rule_limit_option(c)
+    add_cache_option(c)
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(run=run)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from . import ast
+from .params import value_fits  # noqa: F401 - re-exported for the checker
 from .registry import AttrSpec
 
 MAX_EXPR_DEPTH = 64
@@ -134,17 +135,6 @@ def literal_value(expr: ast.Expr) -> object:
         v = expr.operand.value if expr.op == "-" and isinstance(expr.operand, ast.Lit) else None
         return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else NOT_LITERAL
     return expr.value if isinstance(expr, ast.Lit) else NOT_LITERAL
-
-
-def value_fits(value: object, type_name: str) -> bool:
-    """Whether a literal is a value of the type that Rust can hold (64-bit ints, finite floats)."""
-    if type_name == "int":
-        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
-    if type_name == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if type_name == "bool":
-        return isinstance(value, bool)
-    return isinstance(value, str)
 
 
 

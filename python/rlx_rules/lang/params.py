@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ..errors import ParamError
-from .exprtypes import value_fits
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -19,6 +19,18 @@ class ParamValue:
     type: str
     value: object
     source: str  # "default", "env NAME", or "set"
+
+
+def value_fits(value: object, type_name: str) -> bool:
+    """Whether a literal is a value of the type that Rust can hold (64-bit ints, finite floats). Here, not in
+    exprtypes.py, so that applying rules does not import the checker's types."""
+    if type_name == "int":
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    if type_name == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if type_name == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, str)
 
 
 def convert(text: object, type_name: str, what: str) -> object:

@@ -8,10 +8,9 @@ from importlib import resources
 import lark
 from lark import Transformer, v_args
 
-from . import ast
+from . import MAX_SOURCE_BYTES, ast  # MAX_SOURCE_BYTES is re-exported; lang/__init__.py defines it
 from ..errors import Diagnostic, RuleError
 
-MAX_SOURCE_BYTES = 4 * 1024 * 1024
 MAX_NESTING = 200
 # Parse-tree depth (operator chains such as `1 + 1 + ...` or `not not ...` nest without brackets). The
 # checker allows 64 levels of expression and 64 pattern nodes, far below this; the tree is turned into

@@ -1,0 +1,177 @@
+"""The compiled-rule cache: a rule set's program and warnings on disk, keyed by every file it read, the compiler
+and the op registry, so that a command does not parse, check and compile the same rules on every run.
+
+An entry is found by a key over the rule files as named (with the working folder, since diagnostics name files
+relative to it), the cache format, the package version, a hash of the front end's sources (lang/*.py, the
+grammar, Lark's version) and of the op registry (data/ops.json, data/builtins.json). The entry lists every file
+the compilation read (the named files and everything they include) with its real path and a hash of the text
+that was compiled; a lookup re-reads and re-hashes each one, so any change to any of them is a miss. Parameter
+values (--set, environment) are not part of the program: they are resolved when the rules are applied.
+
+Entries are written atomically under unique temporary names (safe_write), so concurrent processes never see a
+half-written one. A missing, unwritable or read-only folder, or a corrupt entry, falls back to compiling: the
+cache never makes a command fail. Only successful compilations are stored. The folder is
+$RLX_RULES_CACHE_DIR, else $XDG_CACHE_HOME/rlx-rules, else ~/.cache/rlx-rules; RLX_RULES_NO_CACHE=1 turns
+the cache off. Deleting the folder at any time is safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import stat
+from importlib import util as importlib_util
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..errors import Diagnostic
+
+# Bump when the entry layout or anything stored in it changes meaning.
+FORMAT = 1
+# Entries kept at most; the oldest (by modification time) go first when a new one is written.
+MAX_ENTRIES = 256
+
+
+def cache_dir() -> Path:
+    """$RLX_RULES_CACHE_DIR, else $XDG_CACHE_HOME/rlx-rules, else ~/.cache/rlx-rules."""
+    explicit = os.environ.get("RLX_RULES_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlx-rules"
+
+
+def enabled() -> bool:
+    """False when RLX_RULES_NO_CACHE is set to anything but "" or "0"."""
+    return os.environ.get("RLX_RULES_NO_CACHE", "") in ("", "0")
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """fingerprint() of the installed package, computed once per process."""
+    return fingerprint(PACKAGE)
+
+
+def fingerprint(package: Path) -> str:
+    """The cache format, the package version, the front end's sources (lang/*.py, the grammar, errors.py),
+    Lark's version and the op registry (data/ops.json, data/builtins.json) of `package`, as one hash."""
+    from .._native import __version__
+
+    files = sorted((package / "lang").glob("*.py")) + [package / "lang" / "grammar.lark", package / "errors.py",
+                                                       package / "data" / "ops.json", package / "data" / "builtins.json"]
+    lark = importlib_util.find_spec("lark")  # its version, without importing it
+    if lark is not None and lark.origin:
+        files.append(Path(lark.origin))
+    parts = [str(FORMAT).encode(), __version__.encode()]
+    for path in files:
+        parts += [path.name.encode(), path.read_bytes()]
+    return _digest(*parts)
+
+
+def _key(paths: Sequence[str]) -> str:
+    return _digest(compiler_fingerprint().encode(), os.getcwd().encode(), json.dumps(list(paths)).encode())
+
+
+def _read_source(path: str, max_bytes: int) -> Optional[str]:
+    """The text of a rule file as the parser reads it, or None when it cannot be read or is over the limit
+    (the compiler then reports why)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            return None
+        return data.decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _entry_path(paths: Sequence[str]) -> Path:
+    return cache_dir() / "programs" / f"{_key(paths)}.json"
+
+
+def load(paths: Sequence[str], max_bytes: int) -> Optional[tuple[dict, list[Diagnostic]]]:
+    """The cached (program, warnings) for these rule files, or None on a miss, a stale or a corrupt entry."""
+    try:
+        raw = _entry_path(paths).read_bytes()
+        digest, _, body = raw.partition(b"\n")
+        if digest.decode("ascii") != hashlib.sha256(body).hexdigest():
+            return None
+        entry = json.loads(body)
+        for display, real, text_hash in entry["files"]:
+            text = _read_source(display, max_bytes)
+            if text is None or _text_hash(text) != text_hash or os.path.realpath(display) != real:
+                return None
+        return entry["program"], [_diagnostic(w) for w in entry["warnings"]]
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def store(paths: Sequence[str], sources: dict[str, str], program: dict, warnings: Sequence[Diagnostic]) -> None:
+    """Record a successful compilation of `paths`; `sources` is every file it read (display name -> the text
+    compiled). Any failure to write is ignored."""
+    from ..safe_write import atomic_write
+    from ..errors import RlxRulesError
+
+    entry = {
+        "files": [[display, os.path.realpath(display), _text_hash(text)] for display, text in sources.items()],
+        "program": program,
+        "warnings": [_diagnostic_dict(w) for w in warnings],
+    }
+    body = json.dumps(entry, separators=(",", ":")).encode("utf-8")
+    try:
+        target = _entry_path(paths)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, hashlib.sha256(body).hexdigest().encode("ascii") + b"\n" + body)
+        _prune(target.parent)
+    except (OSError, RlxRulesError):
+        pass
+
+
+def _prune(folder: Path) -> None:
+    entries = []
+    for path in folder.glob("*.json"):
+        try:
+            entries.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    if len(entries) <= MAX_ENTRIES:
+        return
+    for _, path in sorted(entries)[: len(entries) - MAX_ENTRIES]:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _diagnostic_dict(d: Diagnostic) -> dict:
+    loc = None if d.loc is None else [d.loc.file, d.loc.line, d.loc.col, d.loc.end_line, d.loc.end_col]
+    return {"loc": loc, "message": d.message, "severity": d.severity, "source_line": d.source_line}
+
+
+def _diagnostic(data: dict) -> Diagnostic:
+    loc = None
+    if data["loc"] is not None:
+        from .ast import Loc
+
+        file, line, col, end_line, end_col = data["loc"]
+        loc = Loc(str(file), int(line), int(col), int(end_line), int(end_col))
+    return Diagnostic(loc, str(data["message"]), str(data["severity"]), data["source_line"])
