@@ -87,3 +87,29 @@ def test_every_attention_layer_fuses_and_values_match(entry, rules):
         pytest.xfail(reason)
     assert not reason, f"{stem} now fuses every layer: take it out of XFAIL"
     assert layers == entry["attention_layers"], (stem, {op: ops.get(op, 0) for op in FUSED}, ops.get("Softmax", 0))
+
+
+def test_apply_on_an_onnx_file_is_the_whole_pipeline(tmp_path):
+    """`rlx-rules apply MODEL.onnx --input-shape ...`: imported in memory, lifted with @onnx without -r, no
+    warnings, the fused graph and its weights written, and its values ONNX Runtime's."""
+    import subprocess
+    import sys
+
+    entry = next((e for e in ENTRIES if e["file"] == "bert.sdpa.legacy.onnx"), None)
+    if entry is None:
+        pytest.skip("bert.sdpa.legacy.onnx is not in the corpus")
+    stem = entry["file"][: -len(".onnx")]
+    with np.load(CORPUS / f"{stem}.inputs.npz") as f:
+        feed = dict(f)
+    with np.load(CORPUS / f"{stem}.expected.npz") as f:
+        (expected,) = f.values()
+    out = tmp_path / "fused.json"
+    pins = [a for k, v in feed.items() for a in ("--input-shape", f"{k}={','.join(map(str, v.shape))}")]
+    r = subprocess.run([sys.executable, "-m", "rlx_rules.cli", "apply", str(CORPUS / entry["file"]), *pins,
+                        "-o", str(out), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr.lower(), r.stderr
+    ops = json.loads(r.stdout)["ops_after"]
+    assert sum(ops.get(op, 0) for op in FUSED) == entry["attention_layers"], ops
+    (got,) = rlx_rules.run(str(out), feed)  # the weights file beside the output
+    np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0)

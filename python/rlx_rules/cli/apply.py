@@ -9,7 +9,7 @@ import sys
 
 from ..errors import GraphError
 from . import (EXAMPLES, ExitCode, add_cache_option, add_graph_limit_options, add_rule_limit_option, add_set_option,
-               fail, int_in, load_graph_arg, parse_sets, seconds)
+               fail, input_shape, int_in, load_graph_arg, parse_sets, seconds)
 
 
 def default_output(graph_path: str) -> str:
@@ -37,9 +37,11 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import OnnxImportError
         from ..onnx.importer import load_onnx_graph
         try:
-            graph, onnx_weights = load_onnx_graph(args.graph)
+            graph, onnx_weights = load_onnx_graph(args.graph, input_shapes=dict(args.input_shape or []))
         except OnnxImportError as e:
             return fail(f"{args.graph}: {e}", ExitCode.GRAPH_ERROR)
+    elif args.input_shape:
+        return fail("--input-shape applies to an .onnx model (a graph.json's shapes are fixed at import)", ExitCode.USAGE)
     else:
         graph = load_graph_arg(args)
     rules = load_rules(*(args.rules or default_rule_sets(graph)), params=parse_sets(args.set),
@@ -89,6 +91,8 @@ def add_command(subparsers) -> None:
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
                    help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @onnx for an "
                         "imported ONNX model, else @default)")
+    p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
+                   help="with MODEL.onnx: pin an input to a static shape (repeatable), e.g. input_ids=1,16")
     p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout)")
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
