@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import enum
 import math
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -41,6 +42,33 @@ def fail(message: object, code: ExitCode) -> ExitCode:
     """Print `error: MESSAGE` on stderr and return `code`: how a command reports a failure."""
     print(f"error: {message}", file=sys.stderr)
     return code
+
+
+def report_error(e: Exception) -> ExitCode:
+    """Report an error that escaped a command as `main` does (a typed error: its message; a bug: one line, or
+    the traceback with RLX_RULES_TRACEBACK=1) and return its exit code."""
+    from ..errors import (ApplyError, GraphError, KernelError, OnnxImportError, OutputError, ProgramError,
+                          RlxRulesError, RuleError)
+
+    if isinstance(e, RuleError):
+        print(e, file=sys.stderr)
+        return ExitCode.RULE_ERROR
+    for kinds, code in (((ParamError,), ExitCode.PARAM_ERROR),
+                        ((OutputError,), ExitCode.OUTPUT_ERROR),  # before GraphError: a failed write is also one
+                        ((GraphError, OnnxImportError), ExitCode.GRAPH_ERROR),
+                        ((ApplyError, ProgramError, KernelError), ExitCode.APPLY_ERROR)):
+        if isinstance(e, kinds):
+            return fail(e, code)
+    if isinstance(e, BrokenPipeError):
+        return ExitCode.OK
+    if isinstance(e, RlxRulesError):
+        return fail(e, ExitCode.INTERNAL_ERROR)
+    if isinstance(e, (RecursionError, MemoryError)):
+        return fail(f"the input is too deep or too large to process ({type(e).__name__})", ExitCode.INTERNAL_ERROR)
+    if os.environ.get("RLX_RULES_TRACEBACK"):
+        raise e
+    return fail(f"internal error (a bug in rlx-rules; please report it): {type(e).__name__}: {e}",
+                ExitCode.INTERNAL_ERROR)
 
 
 def parse_sets(pairs: Sequence[str]) -> dict[str, str]:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Optional, Sequence
 
-from ..errors import (ApplyError, GraphError, KernelError, OnnxImportError, OutputError, ParamError, ProgramError,
-                      RlxRulesError, RuleError)
-from . import EXAMPLES, ExitCode, fail
+from . import EXAMPLES, ExitCode, report_error
 from . import apply, check, explain, export, import_model, optimize, show, verify
 
 
@@ -28,28 +25,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
-    except RuleError as e:
-        print(e, file=sys.stderr)
-        return ExitCode.RULE_ERROR
-    except ParamError as e:
-        return fail(e, ExitCode.PARAM_ERROR)
-    except OutputError as e:  # before GraphError: a refused or failed write is also a GraphError
-        return fail(e, ExitCode.OUTPUT_ERROR)
-    except (GraphError, OnnxImportError) as e:
-        return fail(e, ExitCode.GRAPH_ERROR)
-    except (ApplyError, ProgramError, KernelError) as e:
-        return fail(e, ExitCode.APPLY_ERROR)
-    except BrokenPipeError:
-        return ExitCode.OK
-    except RlxRulesError as e:
-        return fail(e, ExitCode.INTERNAL_ERROR)
-    except (RecursionError, MemoryError) as e:
-        return fail(f"the input is too deep or too large to process ({type(e).__name__})", ExitCode.INTERNAL_ERROR)
-    except Exception as e:  # noqa: BLE001 - a bug: one line, not a traceback (RLX_RULES_TRACEBACK=1 shows it)
-        if os.environ.get("RLX_RULES_TRACEBACK"):
-            raise
-        return fail(f"internal error (a bug in rlx-rules; please report it): {type(e).__name__}: {e}",
-                    ExitCode.INTERNAL_ERROR)
+    except Exception as e:  # noqa: BLE001 - typed errors become exit codes; a bug, one line (cli.report_error)
+        return report_error(e)
 
 
 if __name__ == "__main__":
