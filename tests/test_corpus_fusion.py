@@ -46,8 +46,6 @@ XFAIL = {
     "deberta_v2": "disentangled attention: the c2p/p2c scores are gathered along relative distances "
                   "(GatherElements over q·k_rᵀ and k·q_rᵀ) and added to q·kᵀ before one scale and XSoftmax; "
                   "no rule lifts that score sum to Attention with a Bias yet",
-    "bloom": "ALiBi through baddbmm on [B·H, S, S] 3-D scores (β·alibi + α·q·kᵀ) and the heads kept merged: "
-             "no rule for the 3-D score form yet",
 }
 
 

@@ -1,11 +1,13 @@
 """Import-time canonical forms: the one shape of a computation that every exporter's variant of it is rewritten to.
 
-Each step keeps values exactly (it only removes, merges or reorders data movement):
+Each step keeps values (data movement removed, merged or reordered; the few reassociations are one rounding apart):
 - a Reshape, Expand, Cast or Identity-like node whose output is its input (same shape, same dtype) is removed;
 - Reshape(Reshape(x)) is Reshape(x) (both are row-major);
 - Reshape(Transpose(m)) that only splits m's first axis, which the Transpose keeps in place, is
   Transpose(Reshape(m)) (SDPA's kᵀ: a 3-D Transpose of a [B·H, S, D] Reshape becomes Transpose{0, 1, 3, 2} of
   [B, H, S, D], the Reshape pair collapsing into one, or none);
+- a Reshape that only splits the first axis moves into the MatMul or elementwise op below it (batched 3-D
+  [B·H, S, ·] attention, BLOOM's baddbmm with ALiBi, becomes 4-D [B, H, S, ·]);
 - a scalar Mul moves below a Reshape or Transpose, and out of a rank-4 MatMul's operands: (q·c)·(kᵀ·c') becomes
   (q·kᵀ)·(c·c') (one rounding of the scale; OPT scales q right after its projection, SDPA both q and kᵀ);
 - Where(keep, scores, fill) with a scalar fill ≤ −1e30 becomes scores + Where(keep, 0, fill) (GPT-Neo's causal
@@ -200,6 +202,33 @@ class Canonicalizer:
         mask = self.new_node("Where", [keep["id"], zero, fill["id"]], {}, list(keep["shape"]), n.get("dtype"))
         n["op"], n["inputs"] = "Add", [ins[1], mask]
 
+    def split_into(self, n: dict, src: dict) -> bool:
+        """Reshape(op(a, b)) that only splits the first axis into `lead` -> op(Reshape(a), Reshape(b)), for a MatMul
+        or an elementwise binary op used once; operands whose first axis is the full one (or 1, or scalars)."""
+        xs, os_ = src.get("shape"), n.get("shape")
+        if src["op"] not in ("MatMul", "Add", "Sub", "Mul", "Div") or self.uses.get(src["id"], 0) != 1 \
+                or src["id"] in self.outputs or not (_static(xs) and _static(os_)) or len(xs) < 2:
+            return False
+        j = len(os_) - len(xs) + 1
+        if j < 2 or list(os_[j:]) != list(xs[1:]) or int(np.prod(os_[:j], dtype=np.int64)) != xs[0]:
+            return False
+        lead, parts = list(os_[:j]), []
+        for i in src.get("inputs", ()):
+            s_ = self.by_id[i].get("shape")
+            if not _static(s_):
+                return False
+            if s_ == [] and src["op"] != "MatMul":
+                parts.append((i, None))
+            elif len(s_) == len(xs) and s_[0] in (xs[0], 1):
+                parts.append((i, (lead if s_[0] == xs[0] else [1] * j) + list(s_[1:])))
+            else:
+                return False
+        ins = [i if shape is None else self.new_node("Reshape", [i], {"new_shape": shape}, shape,
+                                                     self.by_id[i].get("dtype"))
+               for i, shape in parts]
+        n["op"], n["attrs"], n["inputs"] = src["op"], {}, ins
+        return True
+
     def visit(self, n: dict) -> None:
         op = n["op"]
         if self.scale_out(n):
@@ -218,6 +247,8 @@ class Canonicalizer:
                 src = self.by_id[src["inputs"][0]]
             if _same_shape(n, src):
                 self.repl[n["id"]] = src["id"]
+                return
+            if self.split_into(n, src):
                 return
             if src["op"] == "Transpose" and src.get("inputs"):
                 m = self.by_id[src["inputs"][0]]
