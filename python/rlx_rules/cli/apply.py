@@ -1,4 +1,5 @@
-"""`rlx-rules apply`: apply rules to a graph.json and print the report (text or JSON)."""
+"""`rlx-rules apply`: apply rules to a graph.json and print the report (text or JSON); several graphs or a folder
+run on every core (run_batch), with one report per graph and a summary."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def same_file(a: str, b: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if len(args.graphs) > 1 or os.path.isdir(args.graphs[0]):
+        return run_batch(args)
+    args.graph = args.graphs[0]
     from ..api import load_rules
 
     onnx_weights = None
@@ -46,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
         graph = load_graph_arg(args)
     rules = load_rules(*(args.rules or default_rule_sets(graph)), params=parse_sets(args.set),
                        max_rule_bytes=args.max_rule_bytes, cache=args.cache)
-    for w in rules.warnings:
-        print(w.format(), file=sys.stderr)
+    if not getattr(args, "rule_warnings_shown", False):
+        for w in rules.warnings:
+            print(w.format(), file=sys.stderr)
     if not args.quiet:
         for w in graph.warnings:
             print(f"warning: {args.graph}: {w}", file=sys.stderr)
@@ -83,17 +88,109 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def batch_inputs(paths: list[str]) -> list[str]:
+    """The graphs named: each file as given, and each folder's *.json and *.onnx files (not its *.fused.json
+    outputs), sorted."""
+    graphs = []
+    for path in paths:
+        if os.path.isdir(path):
+            graphs += sorted(os.path.join(path, name) for name in os.listdir(path)
+                             if name.endswith((".json", ".onnx")) and not name.endswith(".fused.json")
+                             and os.path.isfile(os.path.join(path, name)))
+        else:
+            graphs.append(path)
+    return graphs
+
+
+def batch_outputs(args: argparse.Namespace, graphs: list[str]) -> list[str]:
+    """Each graph's output: GRAPH.fused.json beside it, or in the folder -o names. Raises ParamError when two
+    graphs would write one file or an output is one of the inputs (inputs are never overwritten)."""
+    from ..errors import ParamError
+
+    if args.output == "-" or args.in_place:
+        raise ParamError("with several graphs or a folder, -o names a folder (not '-') and --in-place is refused")
+    if args.output and os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise ParamError(f"with several graphs or a folder, -o names a folder; {args.output} is a file")
+    outputs = [os.path.join(args.output, os.path.basename(default_output(g))) if args.output else default_output(g)
+               for g in graphs]
+    seen: dict[str, str] = {}
+    for graph, out in zip(graphs, outputs):
+        if os.path.realpath(out) in seen:
+            raise ParamError(f"{seen[os.path.realpath(out)]} and {graph} would both write {out}")
+        seen[os.path.realpath(out)] = graph
+        clash = next((g for g in graphs if same_file(out, g)), None)
+        if clash is not None:
+            raise ParamError(f"the output of {graph}, {out}, is the input {clash} (inputs are never overwritten)")
+    return outputs
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """Apply the rules to every graph on up to --jobs processes. Prints each graph's report (in the order given)
+    and a summary; returns 0 when every graph was rewritten and written, else the exit code of the first graph
+    that failed. Rule errors stop the batch before any graph runs."""
+    from ..api import load_rules
+    from ..errors import ParamError
+    from ..tools.batch import default_jobs, run_many
+    from . import report_error
+
+    graphs = batch_inputs(args.graphs)
+    if not graphs:
+        return fail(f"no graphs (*.json, *.onnx) in {', '.join(args.graphs)}", ExitCode.USAGE)
+    try:
+        outputs = batch_outputs(args, graphs)
+    except ParamError as e:
+        return fail(e, ExitCode.USAGE)
+    if args.rules:  # checked once, here, which also fills the compiled-rule cache for the workers
+        rules = load_rules(*args.rules, params=parse_sets(args.set), max_rule_bytes=args.max_rule_bytes,
+                           cache=args.cache)
+        for w in rules.warnings:
+            print(w.format(), file=sys.stderr)
+    if args.output:
+        try:
+            os.makedirs(args.output, exist_ok=True)
+        except OSError as e:
+            return fail(f"cannot make the output folder {args.output}: {e.strerror or e}", ExitCode.OUTPUT_ERROR)
+    jobs = [argparse.Namespace(**{**vars(args), "graphs": [g], "output": out, "rule_warnings_shown": bool(args.rules)})
+            for g, out in zip(graphs, outputs)]
+    workers = min(args.jobs or default_jobs(), len(jobs))
+    reports, failed = [], []
+    for graph, out, outcome in zip(graphs, outputs, run_many(run, report_error, jobs, workers)):
+        if outcome.code != ExitCode.OK:
+            failed.append((graph, outcome.code))
+            print(f"rlx-rules apply: {graph} failed (exit {outcome.code})", file=sys.stderr)
+        sys.stderr.write(outcome.stderr)
+        if outcome.code != ExitCode.OK:
+            reports.append({"input": graph, "output": out, "exit_code": outcome.code, "error": outcome.stderr.strip()})
+        elif args.json:
+            reports.append(dict(json.loads(outcome.stdout), exit_code=0))
+        else:
+            sys.stdout.write(outcome.stdout)
+    summary = {"graphs": len(graphs), "done": len(graphs) - len(failed), "failed": len(failed), "processes": workers}
+    if args.json:
+        print(json.dumps({"graphs": reports, "summary": summary}, indent=2))
+    elif not args.quiet or failed:
+        names = "" if not failed else ": " + ", ".join(f"{g} (exit {c})" for g, c in failed)
+        print(f"rlx-rules apply: {len(graphs)} graphs on {workers} processes, {summary['done']} done, "
+              f"{len(failed)} failed{names}", file=sys.stderr if failed else sys.stdout)
+    return failed[0][1] if failed else ExitCode.OK
+
+
 def add_command(subparsers) -> None:
     p = subparsers.add_parser("apply", help="apply rules to a graph.json", epilog=EXAMPLES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("graph", help="input graph.json, or a MODEL.onnx (imported in memory; never overwritten unless "
-                                 "--in-place)")
+    p.add_argument("graphs", nargs="+", metavar="GRAPH",
+                   help="input graph.json, or a MODEL.onnx (imported in memory; never overwritten unless --in-place); "
+                        "several, or a folder (its *.json and *.onnx): each on its own core, one report per graph "
+                        "and a summary; the exit code is the first failed graph's")
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
                    help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @onnx for an "
                         "imported ONNX model, else @default)")
     p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
                    help="with MODEL.onnx: pin an input to a static shape (repeatable), e.g. input_ids=1,16")
-    p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout)")
+    p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout); with several "
+                                          "graphs, a folder for the GRAPH.fused.json files")
+    p.add_argument("-j", "--jobs", type=int_in(1), default=None, metavar="N",
+                   help="with several graphs: processes at most (default: every core)")
     add_set_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--pretty", action="store_true", help="write the graph with one node per line")
