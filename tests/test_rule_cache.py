@@ -1,15 +1,18 @@
-"""The compiled-rule cache (rlx_rules.lang.cache): hits, misses on any change, and never an error of its own."""
+"""The compiled-rule cache (rlx_rules.lang.cache): hits, misses on any change, and never an error of its own; and
+the fast start it serves (a warm `apply` or `check` never imports the parser)."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 import rlx_rules
-from rlx_rules.cli.app import main
+from rlx_rules.cli.app import COMMANDS, build_parser, main
 from rlx_rules.lang import cache as rule_cache
 from rlx_rules.lang import parse
 
@@ -188,3 +191,26 @@ def test_concurrent_writers_leave_one_valid_entry(tmp_path, cache_dir):
     assert len(entries(cache_dir)) == 1
     assert [p.name for p in (cache_dir / "programs").iterdir() if p.suffix != ".json"] == []  # no temp files left
     assert rule_cache.load([path], 1 << 20) is not None
+
+
+@pytest.mark.parametrize("command", ["apply", "check"])
+def test_a_warm_start_imports_no_parser(tmp_path, command):
+    graph = tmp_path / "g.json"
+    graph.write_text(json.dumps(rlx_rules.examples.bert_encoder(layers=1, hidden=64, heads=4)))
+    argv = {"apply": ["apply", str(graph), "-o", str(tmp_path / "out.json"), "-q", "-r", "@onnx"],
+            "check": ["check", "@onnx", "-q"]}[command]
+    code = ("import sys\nfrom rlx_rules.cli.app import main\n"
+            f"code = main({argv!r})\n"
+            "print(code, [m for m in ('lark', 'numpy', 'onnx', 'rlx_rules.lang.check') if m in sys.modules])\n")
+    run = [sys.executable, "-c", code]
+    cold = subprocess.run(run, capture_output=True, text=True, check=True).stdout.split(None, 1)
+    warm = subprocess.run(run, capture_output=True, text=True, check=True).stdout.split(None, 1)
+    assert cold == ["0", "['lark', 'rlx_rules.lang.check']\n"]
+    assert warm == ["0", "[]\n"]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_each_command_parser_is_built_alone(name, capsys):
+    with pytest.raises(SystemExit):
+        build_parser(name).parse_args([name, "--help"])
+    assert capsys.readouterr().out.startswith(f"usage: rlx-rules {name} ")
