@@ -42,11 +42,7 @@ def _entries() -> list[dict]:
 ENTRIES = _entries()
 
 # Files where exact fusion is not reached yet, by family, with the reason (the values must match regardless).
-XFAIL = {
-    "deberta_v2": "disentangled attention: the c2p/p2c scores are gathered along relative distances "
-                  "(GatherElements over q·k_rᵀ and k·q_rᵀ) and added to q·kᵀ before one scale and XSoftmax; "
-                  "no rule lifts that score sum to Attention with a Bias yet",
-}
+XFAIL: dict[str, str] = {}  # (none left; add "family" or "family.impl.exporter": "why exact fusion is impossible")
 
 
 def _xfail_reason(entry: dict):

@@ -11,7 +11,7 @@ Each step keeps values (data movement removed, merged or reordered; the few reas
 - a scalar Mul moves below a Reshape or Transpose, and out of a rank-4 MatMul's operands: (q·c)·(kᵀ·c') becomes
   (q·kᵀ)·(c·c') (one rounding of the scale; OPT scales q right after its projection, SDPA both q and kᵀ);
 - Where(keep, scores, fill) with a scalar fill ≤ −1e30 becomes scores + Where(keep, 0, fill) (GPT-Neo's causal
-  mask on the scores): a kept score is s + 0 = s, a masked one s + fill = fill in float32 (|s| < 1e22);
+  mask on the scores; DeBERTa's Where(drop, fill, scores) alike): a kept score is s + 0 = s, a masked one s + fill = fill in float32 (|s| < 1e22);
 - (scores + b1) + b2 becomes scores + (b1 + b2) for rank-4 attention scores (MatMul, or a scaled MatMul): one
   additive bias (T5's and MPNet's relative positions plus the padding mask), one rounding apart;
 - a one-element Constant that only feeds broadcasting ops, none of which it makes any bigger, is a scalar;
@@ -98,6 +98,7 @@ class Canonicalizer:
             n["dtype"] = dtype
         self.next_id += 1
         self.by_id[n["id"]] = n
+        self.uses[n["id"]] = 1  # made for the one node that asked for it
         self.add(n)
         return self.resolve(n["id"])
 
@@ -108,6 +109,15 @@ class Canonicalizer:
         return self.scalar_mul_parts(self.by_id[i])
 
     def scalar_mul_parts(self, m: dict) -> Optional[tuple[int, float]]:
+        """(x, c) for m = Mul(x, c) or Div(x, 1/c), c a scalar inline Constant, of x's shape; else None."""
+        if m["op"] == "Div" and len(m.get("inputs", ())) == 2:
+            x, d = m["inputs"]
+            c = self.by_id[d]
+            value = c.get("attrs", {}).get("value")
+            if c["op"] == "Constant" and c.get("shape") == [] and isinstance(value, (int, float)) and value != 0 \
+                    and _same_shape(self.by_id[x], m):
+                return x, float(np.float32(1.0) / np.float32(value))
+            return None
         if m["op"] != "Mul" or len(m.get("inputs", ())) != 2:
             return None
         for a, b in (m["inputs"], m["inputs"][::-1]):
@@ -182,11 +192,15 @@ class Canonicalizer:
                 return
 
     def additive_where(self, n: dict) -> None:
-        """Where(keep, scores, fill) -> Add(scores, Where(keep, 0, fill)), fill a scalar Constant <= -1e30."""
+        """Where(keep, scores, fill) -> Add(scores, Where(keep, 0, fill)) (and Where(drop, fill, scores) alike), fill a
+        scalar Constant <= -1e30, scores possibly plus a bias."""
         ins = n.get("inputs", [])
-        if len(ins) != 3 or not self.is_scores(ins[1]):
+        if len(ins) != 3:
             return
-        fill = self.by_id[ins[2]]
+        slot = 1 if self.is_score_sum(ins[1]) else 2 if self.is_score_sum(ins[2]) else None
+        if slot is None:
+            return
+        fill = self.by_id[ins[3 - slot]]
         value = fill.get("attrs", {}).get("value")
         if fill["op"] != "Constant" or fill.get("shape") != [] or value is None:
             return
@@ -199,8 +213,16 @@ class Canonicalizer:
         if not _static(keep.get("shape")):
             return
         zero = self.constant(0.0, n.get("dtype"))
-        mask = self.new_node("Where", [keep["id"], zero, fill["id"]], {}, list(keep["shape"]), n.get("dtype"))
-        n["op"], n["inputs"] = "Add", [ins[1], mask]
+        pair = [zero, fill["id"]] if slot == 1 else [fill["id"], zero]
+        mask = self.new_node("Where", [keep["id"], *pair], {}, list(keep["shape"]), n.get("dtype"))
+        n["op"], n["inputs"] = "Add", [ins[slot], mask]
+        self.gather_bias(n)
+
+    def is_score_sum(self, i: int) -> bool:
+        """Scores (is_scores), or scores plus a bias, used once."""
+        n = self.by_id[i]
+        return self.is_scores(i) or (n["op"] == "Add" and self.uses.get(i, 0) == 1
+                                     and any(self.is_scores(j) for j in n.get("inputs", ())))
 
     def split_into(self, n: dict, src: dict) -> bool:
         """Reshape(op(a, b)) that only splits the first axis into `lead` -> op(Reshape(a), Reshape(b)), for a MatMul
@@ -227,6 +249,7 @@ class Canonicalizer:
                                                      self.by_id[i].get("dtype"))
                for i, shape in parts]
         n["op"], n["attrs"], n["inputs"] = src["op"], {}, ins
+        self.scale_out(n)  # the new MatMul's operands may carry a scale
         return True
 
     def visit(self, n: dict) -> None:
