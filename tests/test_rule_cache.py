@@ -146,7 +146,8 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, cache_dir, damage):
     [entry] = entries(cache_dir)
     raw = entry.read_bytes()
     body = {"garbage": None, "truncated": None, "valid digest, wrong shape": b'{"files": []}',
-            "program the core refuses": json.dumps({"files": [], "program": {}, "warnings": []}).encode()}[damage]
+            "program the core refuses": json.dumps({"files": [], "outline": {"phases": [], "params": []},
+                                                    "warnings": []}).encode() + b"\n{}"}[damage]
     if damage == "garbage":
         entry.write_bytes(b"\x00\xff not an entry")
     elif damage == "truncated":
@@ -154,8 +155,11 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, cache_dir, damage):
     else:
         import hashlib
         entry.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+    if damage == "program the core refuses":
+        assert rule_cache.load([path], 1 << 20)[0] == "{}"  # well-formed: only the core can tell
     assert rlx_rules.compile_rules(path, cache=True).program == json.loads(json.dumps(expected))
-    assert rule_cache.load([path], 1 << 20) is not None  # rewritten whole
+    hit = rule_cache.load([path], 1 << 20)  # rewritten whole
+    assert hit is not None and json.loads(hit[0]) == json.loads(json.dumps(expected))
 
 
 def test_no_cache_writes_nothing(tmp_path, cache_dir, monkeypatch):

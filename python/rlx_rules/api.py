@@ -52,12 +52,25 @@ def resolve_rules_path(path: PathLike) -> PathLike:
 class RuleSet:
     """Compiled rules, ready to apply. `program` is the JSON matcher program (see docs/program.md)."""
 
-    def __init__(self, program: dict, warnings: Sequence[Diagnostic] = (), params: Optional[Mapping[str, object]] = None):
-        self.program = program
+    def __init__(self, program: Union[dict, str], warnings: Sequence[Diagnostic] = (),
+                 params: Optional[Mapping[str, object]] = None, *, outline: Optional[Mapping[str, list]] = None):
+        """`program` as a dict, or as its JSON text with its `outline_of` (the compiled-rule cache): the text goes
+        to the core as it is, and is parsed in Python only when `.program` is read."""
+        text = program if isinstance(program, str) else None
+        self._native = _native.Program(json.dumps(program) if text is None else text)  # validates it first
+        self._text = text
+        self._program = program if text is None else None
+        self._outline = outline if text is not None and outline is not None else outline_of(self.program)
         self.warnings = list(warnings)
-        self._native = _native.Program(json.dumps(program))
         self._overrides = dict(_mapping("params", params))
         self.param_values()  # validate the overrides and environment now, when the rules load
+
+    @property
+    def program(self) -> dict:
+        """The JSON matcher program (docs/program.md)."""
+        if self._program is None:
+            self._program = json.loads(self._text)
+        return self._program
 
     @property
     def rule_names(self) -> list[str]:
@@ -65,15 +78,21 @@ class RuleSet:
 
     @property
     def phases(self) -> list[str]:
-        return [p["name"] for p in self.program["phases"]]
+        return list(self._outline["phases"])
+
+    @property
+    def declared_params(self) -> list[dict]:
+        """The parameter declarations of the program (its "params")."""
+        return list(self._outline["params"])
 
     def param_values(self, overrides: Optional[Mapping[str, object]] = None) -> dict[str, ParamValue]:
         """The values in force: overrides, then these rules' own overrides, then env vars, then defaults."""
         merged = {**self._overrides, **_mapping("params", overrides)}
-        return resolve(self.program["params"], merged)
+        return resolve(self._outline["params"], merged)
 
     def with_params(self, **params: object) -> "RuleSet":
-        return RuleSet(self.program, self.warnings, {**self._overrides, **params})
+        program = self._program if self._text is None else self._text
+        return RuleSet(program, self.warnings, {**self._overrides, **params}, outline=self._outline)
 
     def apply(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
               max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
@@ -119,6 +138,11 @@ class RuleSet:
         return f"<RuleSet: {len(self.rule_names)} rules in phases {', '.join(self.phases)}>"
 
 
+def outline_of(program: Mapping) -> dict[str, list]:
+    """What a RuleSet needs of its program without parsing it: the phase names and the parameter declarations."""
+    return {"phases": [p["name"] for p in program["phases"]], "params": list(program["params"])}
+
+
 def _mapping(name: str, value: Optional[Mapping[str, object]]) -> Mapping[str, object]:
     if value is None:
         return {}
@@ -162,8 +186,9 @@ def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optiona
     if cached:
         hit = rule_cache.load(files, max_bytes)
         if hit is not None:
+            text, outline, warnings = hit
             try:
-                return RuleSet(hit[0], hit[1], params)
+                return RuleSet(text, warnings, params, outline=outline)
             except ProgramError:  # an entry the core refuses is corrupt: compile, and write it again
                 pass
     from .lang.analyze import analyze
@@ -178,7 +203,7 @@ def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optiona
     program = compile_program(checked, registry, sources)
     rules = RuleSet(program, warnings, params)
     if cached:
-        rule_cache.store(files, sources, program, warnings)
+        rule_cache.store(files, sources, json.dumps(program), outline_of(program), warnings)
     return rules
 
 

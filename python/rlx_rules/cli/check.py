@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{n} warning{'s' if n != 1 else ''} treated as errors (--strict)", file=sys.stderr)
         return ExitCode.RULE_ERROR
     if not args.quiet:
-        params = ", ".join(p["name"] for p in rules.program["params"]) or "none"
+        params = ", ".join(p["name"] for p in rules.declared_params) or "none"
         print(f"ok: {len(rules.rule_names)} rules in {len(rules.phases)} phases "
               f"({', '.join(rules.phases)}); params: {params}")
     return ExitCode.OK

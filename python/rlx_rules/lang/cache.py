@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 from ..errors import Diagnostic
 
 # Bump when the entry layout or anything stored in it changes meaning.
-FORMAT = 1
+FORMAT = 2
 # Entries kept at most; the oldest (by modification time) go first when a new one is written.
 MAX_ENTRIES = 256
 
@@ -108,35 +108,41 @@ def _entry_path(paths: Sequence[str]) -> Path:
     return cache_dir() / "programs" / f"{_key(paths)}.json"
 
 
-def load(paths: Sequence[str], max_bytes: int) -> Optional[tuple[dict, list[Diagnostic]]]:
-    """The cached (program, warnings) for these rule files, or None on a miss, a stale or a corrupt entry."""
+def load(paths: Sequence[str], max_bytes: int) -> Optional[tuple[str, dict, list[Diagnostic]]]:
+    """The cached (program text, outline, warnings) for these rule files (see store), or None on a miss, a stale
+    or a corrupt entry."""
     try:
         raw = _entry_path(paths).read_bytes()
         digest, _, body = raw.partition(b"\n")
         if digest.decode("ascii") != hashlib.sha256(body).hexdigest():
             return None
-        entry = json.loads(body)
+        header, _, program = body.partition(b"\n")
+        entry = json.loads(header)
         for display, real, text_hash in entry["files"]:
             text = _read_source(display, max_bytes)
             if text is None or _text_hash(text) != text_hash or os.path.realpath(display) != real:
                 return None
-        return entry["program"], [_diagnostic(w) for w in entry["warnings"]]
+        outline = {"phases": list(entry["outline"]["phases"]), "params": list(entry["outline"]["params"])}
+        return program.decode("utf-8"), outline, [_diagnostic(w) for w in entry["warnings"]]
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
 
 
-def store(paths: Sequence[str], sources: dict[str, str], program: dict, warnings: Sequence[Diagnostic]) -> None:
-    """Record a successful compilation of `paths`; `sources` is every file it read (display name -> the text
-    compiled). Any failure to write is ignored."""
+def store(paths: Sequence[str], sources: dict[str, str], program: str, outline: dict,
+          warnings: Sequence[Diagnostic]) -> None:
+    """Record a successful compilation of `paths`: `sources` is every file it read (display name -> the text
+    compiled), `program` the program's JSON text, `outline` what a RuleSet needs of it without parsing it
+    (api.outline_of). The entry is a SHA-256 of the rest, a line of JSON (files, outline, warnings), and the
+    program text, which goes to the core unparsed. Any failure to write is ignored."""
     from ..safe_write import atomic_write
     from ..errors import RlxRulesError
 
-    entry = {
+    header = {
         "files": [[display, os.path.realpath(display), _text_hash(text)] for display, text in sources.items()],
-        "program": program,
+        "outline": outline,
         "warnings": [_diagnostic_dict(w) for w in warnings],
     }
-    body = json.dumps(entry, separators=(",", ":")).encode("utf-8")
+    body = json.dumps(header, separators=(",", ":")).encode("utf-8") + b"\n" + program.encode("utf-8")
     try:
         target = _entry_path(paths)
         target.parent.mkdir(parents=True, exist_ok=True)
