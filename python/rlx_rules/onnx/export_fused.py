@@ -224,12 +224,18 @@ def seq_and_width(shape, layout: str):
     return shape[2], shape[1] * shape[3] if isinstance(shape[1], int) else None
 
 
-def repeat_kv(b: Builder, x: str, kv_heads: int, n_rep: int, hd: int, hint: str) -> str:
-    """[B, S, hkv·D] -> [B, S, hkv·n·D], each kv head repeated n times in place (RLX's grouped-query attention)."""
-    x5 = b.op("Unsqueeze", [b.op("Reshape", [x, b.ints([0, 0, kv_heads, hd], "shape")], hint), b.ints([3], "axes")],
-              hint)
-    sh = b.op("Shape", [x5], hint)
-    target = b.op("Concat", [b.op("Slice", [sh, b.ints([0]), b.ints([3])], hint), b.ints([n_rep, hd])], hint, axis=0)
+def repeat_kv(b: Builder, x: str, kv_heads: int, n_rep: int, hd: int, hint: str, bs=None) -> str:
+    """[B, S, hkv·D] -> [B, S, hkv·n·D], each kv head repeated n times in place (RLX's grouped-query attention);
+    `bs`: the static [B, S] when known (a constant target shape, no shape arithmetic at run time)."""
+    if bs is not None:
+        x5 = b.op("Reshape", [x, b.ints([*bs, kv_heads, 1, hd], "shape")], hint)
+        target = b.ints([*bs, kv_heads, n_rep, hd], "shape")
+    else:
+        x5 = b.op("Unsqueeze", [b.op("Reshape", [x, b.ints([0, 0, kv_heads, hd], "shape")], hint),
+                                b.ints([3], "axes")], hint)
+        sh = b.op("Shape", [x5], hint)
+        target = b.op("Concat", [b.op("Slice", [sh, b.ints([0]), b.ints([3])], hint), b.ints([n_rep, hd])], hint,
+                      axis=0)
     return b.op("Reshape", [b.op("Expand", [x5, target], hint), b.ints([0, 0, -1], "shape")], hint)
 
 
@@ -242,8 +248,10 @@ def attention_core(b: Builder, n, q: str, k: str, v: str, sq, sk, kv_width, mask
         if kv_width % hd or heads % (kv_width // hd):
             raise ExportError(f"{node_label(n)}: k of width {kv_width} does not hold whole heads of {hd}")
         kvh = kv_width // hd
-        k = repeat_kv(b, k, kvh, heads // kvh, hd, hint)
-        v = repeat_kv(b, v, kvh, heads // kvh, hd, hint)
+        batch = (b.shape(n.id) or [None])[0]
+        bs = [batch, sk] if isinstance(batch, int) and isinstance(sk, int) else None
+        k = repeat_kv(b, k, kvh, heads // kvh, hd, hint, bs)
+        v = repeat_kv(b, v, kvh, heads // kvh, hd, hint, bs)
     inputs = [q, k, v]
     extra = {}
     if kind in ("Custom", "Bias") or (kind in ("Causal", "SlidingWindow") and (sq != sk or kind != "Causal")):
