@@ -96,10 +96,11 @@ def test_the_fingerprint_covers_the_op_registry_and_the_front_end(tmp_path):
     package = tmp_path / "pkg"
     shutil.copytree(rule_cache.PACKAGE / "lang", package / "lang")
     shutil.copytree(rule_cache.PACKAGE / "data", package / "data")
-    shutil.copy(rule_cache.PACKAGE / "errors.py", package / "errors.py")
+    for name in ("errors.py", "api.py"):
+        shutil.copy(rule_cache.PACKAGE / name, package / name)
     base = rule_cache.fingerprint(package)
     assert rule_cache.fingerprint(package) == base == rule_cache.compiler_fingerprint()
-    for name in ("data/ops.json", "data/builtins.json", "lang/check.py", "lang/grammar.lark"):
+    for name in ("data/ops.json", "data/builtins.json", "lang/check.py", "lang/grammar.lark", "api.py"):
         original = (package / name).read_bytes()
         (package / name).write_bytes(original + b"\n")
         assert rule_cache.fingerprint(package) != base, name

@@ -3,7 +3,7 @@ and the op registry, so that a command does not parse, check and compile the sam
 
 An entry is found by a key over the rule files as named (with the working folder, since diagnostics name files
 relative to it), the cache format, the package version, a hash of the front end's sources (lang/*.py, the
-grammar, Lark's version) and of the op registry (data/ops.json, data/builtins.json). The entry lists every file
+grammar, api.py, Lark's version) and of the op registry (data/ops.json, data/builtins.json). The entry lists every file
 the compilation read (the named files and everything they include) with its real path and a hash of the text
 that was compiled; a lookup re-reads and re-hashes each one, so any change to any of them is a miss. Parameter
 values (--set, environment) are not part of the program: they are resolved when the rules are applied.
@@ -66,12 +66,13 @@ def compiler_fingerprint() -> str:
 
 
 def fingerprint(package: Path) -> str:
-    """The cache format, the package version, the front end's sources (lang/*.py, the grammar, errors.py),
-    Lark's version and the op registry (data/ops.json, data/builtins.json) of `package`, as one hash."""
+    """The cache format, the package version, the front end's sources (lang/*.py, the grammar, errors.py, and
+    api.py, which puts the stages together), Lark's version and the op registry (data/ops.json,
+    data/builtins.json) of `package`, as one hash."""
     from .._native import __version__
 
-    files = sorted((package / "lang").glob("*.py")) + [package / "lang" / "grammar.lark", package / "errors.py",
-                                                       package / "data" / "ops.json", package / "data" / "builtins.json"]
+    files = sorted((package / "lang").glob("*.py")) + [package / name for name in (
+        "lang/grammar.lark", "errors.py", "api.py", "data/ops.json", "data/builtins.json")]
     lark = importlib_util.find_spec("lark")  # its version, without importing it
     if lark is not None and lark.origin:
         files.append(Path(lark.origin))
@@ -145,7 +146,7 @@ def store(paths: Sequence[str], sources: dict[str, str], program: str, outline: 
     body = json.dumps(header, separators=(",", ":")).encode("utf-8") + b"\n" + program.encode("utf-8")
     try:
         target = _entry_path(paths)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # per user: others cannot plant entries
         atomic_write(target, hashlib.sha256(body).hexdigest().encode("ascii") + b"\n" + body)
         _prune(target.parent)
     except (OSError, RlxRulesError):
