@@ -394,6 +394,14 @@ def test_regression_out_of_range_declarations_are_rule_errors_not_program_errors
         rlx_rules.compile_text(text)
 
 
+def test_regression_a_huge_rule_byte_limit_reads_only_the_file(capsys):
+    # fuzzing found it: --max-rule-bytes 25276502546 made read() allocate 25 GB for a small file (MemoryError)
+    from rlx_rules.cli.app import main
+
+    assert main(["check", str(rlx_rules.default_rules()), "--max-rule-bytes", str(2**62), "-q"]) == 0
+    assert rlx_rules.compile_rules(rlx_rules.default_rules(), max_rule_bytes=2**62).rule_names
+
+
 @pytest.mark.parametrize("call, arg, error", [
     (rlx_rules.Graph.from_json, b"\xff\xfe{}", rlx_rules.GraphError),       # UnicodeDecodeError
     (rlx_rules.Graph.from_json, '{"name": "\ud800"}', rlx_rules.GraphError),  # UnicodeEncodeError in the binding

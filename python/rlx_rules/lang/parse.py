@@ -487,11 +487,13 @@ def parse_files(paths: list[str], *, max_bytes: int = MAX_SOURCE_BYTES) -> tuple
             raise RuleError([Diagnostic(at, f"includes nest deeper than {MAX_INCLUDE_DEPTH} files",
                                         source_line=_source_line(sources, at))])
         try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
                 raise RuleError([Diagnostic(at, f"cannot read rule file {path!r}: not a regular file",
                                             source_line=_source_line(sources, at))])
             with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not syntax
-                text = fh.read(max_bytes + 1)  # bounded: parse_text refuses anything longer
+                # bounded: parse_text refuses anything longer; the file's size bounds the buffer read() allocates
+                text = fh.read(min(max_bytes, st.st_size) + 1)
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise RuleError([Diagnostic(at, f"cannot read rule file {path!r}: {reason}",
