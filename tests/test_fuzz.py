@@ -263,6 +263,21 @@ def test_random_bytes_as_a_graph_file_within_a_byte_limit(tmp_path_factory, data
     assert graph is None or len(data) <= max_bytes
 
 
+@lru_cache(maxsize=None)
+def rlx_json_example() -> dict:
+    from rlx_rules.onnx.rlx_json import to_rlx_json
+
+    return to_rlx_json(small_graph())
+
+
+@FUZZ
+@given(st.data())
+def test_structurally_mutated_rlx_json_imports_or_is_a_graph_error(data):
+    from rlx_rules.onnx.rlx_json import import_rlx_json
+
+    typed_or_ok(import_rlx_json, data.draw(mutated_tree(rlx_json_example)))
+
+
 # ---- the command line ----
 
 CLI_VALUES = st.one_of(st.integers(-2**70, 2**70).map(str), st.floats().map(repr), st.sampled_from(

@@ -101,6 +101,15 @@ def from_rlx_json(data: Union[str, bytes, dict]) -> dict:
             raise GraphError("invalid JSON: it nests too deeply to read") from None
     if not isinstance(data, dict) or "nodes" not in data or "outputs" not in data:
         raise GraphError("an RLX graph JSON must be an object with \"nodes\" and \"outputs\"")
+    try:
+        return _from_rlx_dict(data)
+    except GraphError:
+        raise
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:  # a field of the wrong JSON type
+        raise GraphError(f"not an RLX graph JSON: a field has the wrong type ({type(e).__name__}: {e})") from None
+
+
+def _from_rlx_dict(data: dict) -> dict:
     nodes = []
     for k, n in enumerate(data["nodes"]):
         where = f"RLX node at index {k}"
@@ -152,9 +161,10 @@ def import_rlx_json(path_or_data, output_path=None):
         source = path_or_data
         try:
             with open(path_or_data, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
                     raise GraphError(f"cannot read {os.fspath(source)}: not a regular file")
-                path_or_data = f.read(MAX_RLX_JSON_BYTES + 1)
+                path_or_data = f.read(min(st.st_size, MAX_RLX_JSON_BYTES) + 1)  # read() allocates what it is asked
         except OSError as e:
             raise GraphError(f"cannot read {os.fspath(path_or_data)}: {e.strerror}") from e
         if len(path_or_data) > MAX_RLX_JSON_BYTES:
