@@ -90,10 +90,11 @@ def _read_source(path: str, max_bytes: int) -> Optional[str]:
     """The text of a rule file as the parser reads it, or None when it cannot be read or is over the limit
     (the compiler then reports why)."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
             return None
         with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+            data = fh.read(min(max_bytes, st.st_size) + 1)  # the file's size bounds what read() allocates
         if len(data) > max_bytes:
             return None
         return data.decode("utf-8-sig")
