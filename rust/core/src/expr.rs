@@ -278,8 +278,8 @@ impl<'a> Env<'a> {
                 }
                 Ok(Val::Bool(true))
             }
-            Builtin::Op => Ok(Val::Str(g.node(self.node(&args[0])?).op.clone())),
-            Builtin::Dtype => Ok(g.node(self.node(&args[0])?).dtype.clone().map_or(Val::Null, Val::Str)),
+            Builtin::Op => Ok(Val::Str(g.node(self.node(&args[0])?).op.to_string())),
+            Builtin::Dtype => Ok(g.node(self.node(&args[0])?).dtype.as_ref().map_or(Val::Null, |d| Val::Str(d.to_string()))),
             Builtin::HasFact => {
                 let i = self.node(&args[0])?;
                 let Val::Str(fact) = self.eval(&args[1])? else { return fail("has_fact() needs a fact name") };

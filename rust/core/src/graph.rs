@@ -6,10 +6,12 @@
 //! structure against the [`Registry`], and [`Graph::toposort`] orders the nodes. [`write`] prints
 //! the graph back, keeping unknown fields.
 
+mod lean;
 mod load;
 mod read;
 mod write;
 
+pub use lean::{Fields, Interner, Shape, Sym};
 pub use read::DEFAULT_MAX_BYTES;
 
 use std::cmp::Reverse;
@@ -144,33 +146,35 @@ impl fmt::Display for Dim {
     }
 }
 
-/// One node of a graph.
+/// One node of a graph. Kept small (136 bytes, and no allocation for the op, dtype or shape when loaded):
+/// op names and dtypes are shared [`Sym`]s, shapes shared [`Shape`]s, and attributes and unknown fields
+/// [`Fields`] that cost one pointer while empty.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     pub id: NodeId,
-    pub op: String,
+    pub op: Sym,
     pub name: Option<String>,
     pub inputs: Vec<NodeId>,
     /// Attributes, in the order they were read.
-    pub attrs: Map<String, Value>,
-    pub shape: Option<Vec<Dim>>,
-    pub dtype: Option<String>,
+    pub attrs: Fields,
+    pub shape: Option<Shape>,
+    pub dtype: Option<Sym>,
     /// Node fields this crate does not know, kept through a round trip.
-    pub extra: Map<String, Value>,
+    pub extra: Fields,
 }
 
 impl Node {
     /// A node with no inputs, attributes, shape or dtype.
-    pub fn new(id: NodeId, op: impl Into<String>) -> Node {
+    pub fn new(id: NodeId, op: impl Into<Sym>) -> Node {
         Node {
             id,
             op: op.into(),
             name: None,
             inputs: Vec::new(),
-            attrs: Map::new(),
+            attrs: Fields::new(),
             shape: None,
             dtype: None,
-            extra: Map::new(),
+            extra: Fields::new(),
         }
     }
 
@@ -637,10 +641,10 @@ pub(crate) fn check_registry<'a>(nodes: impl Iterator<Item = &'a Node>, registry
             }
         }
         if node.attrs.len() > spec.attrs.len()
-            || node.attrs.keys().any(|k| !spec.attrs.contains_key(k))
+            || node.attrs.keys().any(|k| !spec.attrs.contains_key(k.as_str()))
         {
             for key in node.attrs.keys() {
-                if !spec.attrs.contains_key(key)
+                if !spec.attrs.contains_key(key.as_str())
                     && unknown_attrs
                         .insert((node.op.as_str(), key.as_str()), ())
                         .is_none()

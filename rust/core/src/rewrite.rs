@@ -9,7 +9,7 @@
 use serde_json::Map;
 
 use crate::expr::{Env, Val};
-use crate::graph::{Dim, Node};
+use crate::graph::{Dim, Node, Shape, Sym};
 use crate::program::{NewInput, NewNode, Rule};
 use crate::workgraph::WorkGraph;
 
@@ -277,13 +277,14 @@ fn build_node(graph: &WorkGraph, new: &NewNode, env: &Env<'_>, root: usize) -> R
             env.eval(e)
                 .map_err(|err| err.0)
                 .and_then(to_shape)
+                .map(Shape::from)
                 .map_err(|m| Refusal::Eval(format!("{} shape: {m}", new.name)))?,
         ),
         None => root_node.shape.clone(),
     };
     let dtype = match &new.dtype {
         Some(e) => match env.eval(e) {
-            Ok(Val::Str(s)) => Some(s),
+            Ok(Val::Str(s)) => Some(Sym::from(s)),
             Ok(Val::Null) => None,
             Ok(other) => return Err(Refusal::Eval(format!("{} dtype is a {}", new.name, other.kind()))),
             Err(err) => return Err(Refusal::Eval(format!("{} dtype: {}", new.name, err.0))),
@@ -291,7 +292,7 @@ fn build_node(graph: &WorkGraph, new: &NewNode, env: &Env<'_>, root: usize) -> R
         None => root_node.dtype.clone(),
     };
     let mut node = Node::new(0, new.op.clone());
-    node.attrs = attrs;
+    node.attrs = attrs.into();
     node.shape = shape;
     node.dtype = dtype;
     if new.replaces.is_some() {

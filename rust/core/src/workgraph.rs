@@ -11,7 +11,9 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::graph::{check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, IdIndex, Node, NodeId};
+use crate::graph::{
+    check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, IdIndex, Interner, Node, NodeId, Sym,
+};
 use crate::registry::Registry;
 
 /// Growable lists, one per node, in one flat buffer: a full list moves to the end with twice the room.
@@ -88,24 +90,24 @@ impl Lists {
 /// Op names interned while building: index by name, names by index, nodes by op.
 #[derive(Default)]
 struct OpTable {
-    names: Vec<String>,
-    index: HashMap<String, u32>,
+    names: Vec<Sym>,
+    index: HashMap<Sym, u32>,
     by_op: Vec<Vec<u32>>,
     /// The last op looked up: consecutive nodes often share it.
     last: Option<u32>,
 }
 
 impl OpTable {
-    fn intern(&mut self, op: &str) -> u32 {
-        if let Some(k) = self.last.filter(|&k| self.names[k as usize] == op) {
+    fn intern(&mut self, op: &Sym) -> u32 {
+        if let Some(k) = self.last.filter(|&k| self.names[k as usize] == *op) {
             return k;
         }
         let k = match self.index.get(op) {
             Some(&k) => k,
             None => {
                 let k = self.names.len() as u32;
-                self.index.insert(op.to_string(), k);
-                self.names.push(op.to_string());
+                self.index.insert(op.clone(), k);
+                self.names.push(op.clone());
                 self.by_op.push(Vec::new());
                 k
             }
@@ -135,8 +137,10 @@ pub struct WorkGraph<'g> {
     order_key: Vec<(u32, u32)>,
     /// The op of each node, as an index into `op_names` (flat, so the matcher's op checks touch no node).
     op_of: Vec<u32>,
-    op_names: Vec<String>,
-    op_index: HashMap<String, u32>,
+    op_names: Vec<Sym>,
+    op_index: HashMap<Sym, u32>,
+    /// Shapes and dtypes of created nodes, shared.
+    interner: Interner,
     /// Per op (by index), its nodes, live or dead, in arena order.
     by_op: Vec<Vec<u32>>,
     next_id: NodeId,
@@ -224,6 +228,7 @@ impl<'g> WorkGraph<'g> {
             op_names: ops.names,
             op_index: ops.index,
             by_op: ops.by_op,
+            interner: Interner::default(),
             next_id,
             sequence: 0,
             name,
@@ -329,7 +334,7 @@ impl<'g> WorkGraph<'g> {
     }
 
     /// Append a node whose inputs are the live arena nodes `inputs`, ordered at `position`.
-    pub fn add(&mut self, node: Node, inputs: &[usize], position: u32) -> usize {
+    pub fn add(&mut self, mut node: Node, inputs: &[usize], position: u32) -> usize {
         let i = self.alive.len();
         self.consumers.add_list();
         self.repeated.push(0);
@@ -352,6 +357,15 @@ impl<'g> WorkGraph<'g> {
                 k
             }
         };
+        // Share the op, and a shape or dtype that no other node holds yet, with the nodes that have the same.
+        node.op = self.op_names[op as usize].clone();
+        if let Some(shape) = node.shape.as_mut().filter(|s| std::sync::Arc::strong_count(s) == 1) {
+            *shape = self.interner.shape(shape);
+        }
+        if let Some(dtype) = node.dtype.as_mut() {
+            *dtype = self.interner.sym(dtype);
+        }
+        node.attrs.intern_keys(&mut self.interner);
         self.by_op[op as usize].push(i as u32);
         self.op_of.push(op);
         self.sequence += 1;
@@ -400,7 +414,7 @@ impl<'g> WorkGraph<'g> {
         for (op, list) in self.op_names.iter().zip(&self.by_op) {
             let n = list.iter().filter(|&&i| self.alive[i as usize]).count();
             if n > 0 {
-                counts.insert(op.clone(), n);
+                counts.insert(op.to_string(), n);
             }
         }
         counts

@@ -29,7 +29,7 @@ fn run(graph: Graph, params: Value) -> Result<(Graph, rlx_rules_core::apply::Rep
 fn counts(g: &Graph) -> BTreeMap<String, usize> {
     let mut c = BTreeMap::new();
     for n in &g.nodes {
-        *c.entry(n.op.clone()).or_insert(0) += 1;
+        *c.entry(n.op.to_string()).or_insert(0) += 1;
     }
     c
 }

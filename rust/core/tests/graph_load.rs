@@ -1,6 +1,6 @@
 //! Loading graph.json: what is accepted, and that every rejection names the node and the field.
 
-use rlx_rules_core::graph::{Dim, Graph, GraphError, GraphErrorKind, Warning};
+use rlx_rules_core::graph::{Dim, Graph, GraphError, GraphErrorKind, Sym, Warning};
 use rlx_rules_core::registry::Registry;
 
 fn load(text: &str) -> Result<(Graph, Vec<Warning>), GraphError> {
@@ -46,7 +46,7 @@ fn minimal_graph_loads_with_defaults() {
         (0, "Input", Some("x"))
     );
     assert!(n.inputs.is_empty() && n.attrs.is_empty() && n.extra.is_empty());
-    assert_eq!(n.shape, Some(vec![Dim::Static(2), Dim::Static(4)]));
+    assert_eq!(n.shape.as_deref(), Some(&[Dim::Static(2), Dim::Static(4)][..]));
     assert_eq!(n.dtype.as_deref(), Some("f32"));
 }
 
@@ -55,12 +55,12 @@ fn symbolic_dims_and_missing_shape() {
     let nodes = r#"{"id": 0, "op": "Input", "shape": ["batch", 8, "seq"]}, {"id": 1, "op": "Relu", "inputs": [0]}"#;
     let (g, _) = load(&doc(nodes, "1")).unwrap();
     assert_eq!(
-        g.nodes[0].shape,
-        Some(vec![
+        g.nodes[0].shape.as_deref(),
+        Some(&[
             Dim::Symbolic("batch".into()),
             Dim::Static(8),
             Dim::Symbolic("seq".into())
-        ])
+        ][..])
     );
     assert_eq!(g.nodes[1].shape, None);
 }
@@ -386,7 +386,7 @@ fn unknown_attribute_is_kept_with_a_warning() {
         "{}",
         w[0].message
     );
-    let keys: Vec<&str> = g.nodes[1].attrs.keys().map(String::as_str).collect();
+    let keys: Vec<&str> = g.nodes[1].attrs.keys().map(Sym::as_str).collect();
     assert_eq!(
         keys,
         [

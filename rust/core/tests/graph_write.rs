@@ -146,16 +146,16 @@ fn validate_catches_broken_in_memory_graphs() {
     );
 
     let mut g = base.clone();
-    g.nodes[0].shape = Some(vec![Dim::Static(-1)]);
+    g.nodes[0].shape = Some(vec![Dim::Static(-1)].into());
     assert_eq!(g.validate(reg).unwrap_err().kind, GraphErrorKind::Format);
 
     let mut g = base.clone();
-    g.nodes[0].shape = Some(vec![Dim::Symbolic(String::new())]);
+    g.nodes[0].shape = Some(vec![Dim::Symbolic(String::new())].into());
     assert_eq!(g.validate(reg).unwrap_err().kind, GraphErrorKind::Format);
 
     let mut g = base.clone();
     let attn = g.nodes.iter_mut().find(|n| n.op == "Attention").unwrap();
-    attn.attrs.insert("num_heads".into(), json!("twelve"));
+    attn.attrs.insert("num_heads", json!("twelve"));
     assert_eq!(g.validate(reg).unwrap_err().kind, GraphErrorKind::AttrType);
 
     let mut g = base;
@@ -168,7 +168,7 @@ fn validate_catches_broken_in_memory_graphs() {
 fn extra_fields_named_like_known_fields_are_not_duplicated() {
     let mut g = load(FIXTURE);
     g.extra.insert("nodes".into(), json!(5));
-    g.nodes[0].extra.insert("id".into(), json!("x"));
+    g.nodes[0].extra.insert("id", json!("x"));
     let again = load(&g.to_json_string());
     assert_eq!(again.nodes.len(), g.nodes.len());
     assert!(again.nodes[0].extra.is_empty());

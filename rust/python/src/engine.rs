@@ -92,11 +92,17 @@ impl PyGraph {
         self.inner.nodes.len()
     }
 
+    /// A top-level field of the graph.json that the graph itself does not use (`"weights"`, ...), as JSON
+    /// text; None when absent. Reads one field, without writing the whole graph out as to_json does.
+    fn field(&self, name: &str) -> Option<String> {
+        self.inner.extra.get(name).map(|v| v.to_string())
+    }
+
     /// Node count per op.
     fn op_counts(&self) -> std::collections::BTreeMap<String, usize> {
         let mut counts = std::collections::BTreeMap::new();
         for n in &self.inner.nodes {
-            *counts.entry(n.op.clone()).or_insert(0) += 1;
+            *counts.entry(n.op.to_string()).or_insert(0) += 1;
         }
         counts
     }

@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    read, node_label, quote, Dim, Graph, GraphError, GraphErrorKind, Node, NodeId, GRAPH_FORMAT,
-    GRAPH_VERSION,
+    read, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId,
+    GRAPH_FORMAT, GRAPH_VERSION,
 };
 
 /// Parse graph.json bytes into a [`Graph`] with its nodes in file order (not yet validated).
@@ -416,6 +416,7 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNodes, A::Error> {
                 let mut nodes = Vec::new();
+                let mut interner = Interner::default();
                 let mut error = None;
                 let mut index = 0;
                 while index < self.0 {
@@ -423,7 +424,7 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
                         return Ok(RawNodes::Items(nodes, error));
                     };
                     if error.is_none() {
-                        match raw.into_node(index) {
+                        match raw.into_node(index, &mut interner) {
                             Ok(node) => nodes.push(node),
                             Err(e) => error = Some(e),
                         }
@@ -636,7 +637,8 @@ impl RawGraph {
 }
 
 impl RawNode {
-    fn into_node(self, index: usize) -> Result<Node, GraphError> {
+    /// The node, its op, dtype and shape shared through `interner`.
+    fn into_node(self, index: usize, interner: &mut Interner) -> Result<Node, GraphError> {
         let at = || format!("the node at index {index} of \"nodes\"");
         if let Some(found) = self.not_object {
             return Err(format_error(format!(
@@ -674,7 +676,7 @@ impl RawNode {
             )));
         }
         let op = match self.op {
-            Some(Atom::Str(s)) if !s.is_empty() => s,
+            Some(Atom::Str(s)) if !s.is_empty() => interner.sym(&s),
             Some(other) => {
                 return Err(format_error(format!(
                     "{}: the op must be a non-empty string, found {other} (field \"op\")",
@@ -716,7 +718,7 @@ impl RawNode {
         };
         let shape = match self.shape {
             None | Some(List::Not(Atom::Null)) => None,
-            Some(List::Items(dims)) => Some(dims),
+            Some(List::Items(dims)) => Some(interner.shape(&dims)),
             Some(List::Bad(k, other)) => {
                 return Err(format_error(format!(
                     "{}: a dim must be an integer >= 0 or a non-empty string, found {other} (field \"shape\"[{k}])", label()
@@ -730,7 +732,7 @@ impl RawNode {
         };
         let dtype = match self.dtype {
             None | Some(Atom::Null) => None,
-            Some(Atom::Str(s)) => Some(s),
+            Some(Atom::Str(s)) => Some(interner.sym(&s)),
             Some(other) => {
                 return Err(format_error(format!(
                     "{}: the dtype must be a string, found {other} (field \"dtype\")",
@@ -754,10 +756,10 @@ impl RawNode {
             op,
             name,
             inputs,
-            attrs,
+            attrs: Fields::from_map(attrs, interner),
             shape,
             dtype,
-            extra: self.extra,
+            extra: Fields::from_map(self.extra, interner),
         })
     }
 }

@@ -40,7 +40,7 @@ impl Serialize for Node {
             m.serialize_entry("attrs", &self.attrs)?;
         }
         if let Some(shape) = &self.shape {
-            m.serialize_entry("shape", shape)?;
+            m.serialize_entry("shape", &**shape)?;
         }
         if let Some(dtype) = &self.dtype {
             m.serialize_entry("dtype", dtype)?;

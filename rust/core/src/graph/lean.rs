@@ -1,0 +1,264 @@
+//! The compact parts of a node: shared (interned) strings and shapes, and field maps that cost one pointer when empty.
+
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::Dim;
+
+/// A string shared by every node that carries it (an op name, a dtype): 16 bytes inline, no allocation per node
+/// when it comes from an [`Interner`]. Compares, hashes and prints as the string.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sym(Arc<str>);
+
+impl Sym {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Sym {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for Sym {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Sym {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Sym {
+    fn from(s: &str) -> Sym {
+        Sym(Arc::from(s))
+    }
+}
+
+impl From<String> for Sym {
+    fn from(s: String) -> Sym {
+        Sym(Arc::from(s))
+    }
+}
+
+impl From<&String> for Sym {
+    fn from(s: &String) -> Sym {
+        Sym(Arc::from(s.as_str()))
+    }
+}
+
+impl From<Sym> for String {
+    fn from(s: Sym) -> String {
+        s.0.to_string()
+    }
+}
+
+impl PartialEq<str> for Sym {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Sym {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Sym {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<Sym> for str {
+    fn eq(&self, other: &Sym) -> bool {
+        self == &*other.0
+    }
+}
+
+impl PartialEq<Sym> for &str {
+    fn eq(&self, other: &Sym) -> bool {
+        *self == &*other.0
+    }
+}
+
+impl fmt::Debug for Sym {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Sym {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Sym {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// A node's shape, shared by every node of the same shape that one load or apply produced.
+pub type Shape = Arc<[Dim]>;
+
+/// One copy of each op name, dtype and shape seen (by a load, or by the nodes an apply creates).
+#[derive(Default)]
+pub struct Interner {
+    syms: HashSet<Sym>,
+    shapes: HashSet<Shape>,
+}
+
+impl Interner {
+    /// The shared copy of `s`.
+    pub fn sym(&mut self, s: &str) -> Sym {
+        if let Some(sym) = self.syms.get(s) {
+            return sym.clone();
+        }
+        let sym = Sym::from(s);
+        self.syms.insert(sym.clone());
+        sym
+    }
+
+    /// The shared copy of `dims`.
+    pub fn shape(&mut self, dims: &[Dim]) -> Shape {
+        if let Some(shape) = self.shapes.get(dims) {
+            return shape.clone();
+        }
+        let shape: Shape = Arc::from(dims);
+        self.shapes.insert(shape.clone());
+        shape
+    }
+}
+
+/// A JSON object of node fields (attributes, unknown fields), in the order read: one pointer while empty, as most
+/// are, else one allocation of (key, value) pairs whose keys are shared [`Sym`]s. A node has a handful of them, so
+/// lookups scan; equality ignores the order, as [`Map`]'s does.
+#[derive(Clone, Default)]
+pub struct Fields(Option<Box<[(Sym, Value)]>>);
+
+impl Fields {
+    /// No fields.
+    pub const fn new() -> Fields {
+        Fields(None)
+    }
+
+    /// The fields of `map`, in its order, their keys shared through `interner`.
+    pub fn from_map(map: Map<String, Value>, interner: &mut Interner) -> Fields {
+        if map.is_empty() {
+            return Fields(None);
+        }
+        Fields(Some(map.into_iter().map(|(k, v)| (interner.sym(&k), v)).collect()))
+    }
+
+    fn pairs(&self) -> &[(Sym, Value)] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+
+    pub fn len(&self) -> usize {
+        self.pairs().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The value of field `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.pairs().iter().find(|(k, _)| *k == *key).map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &Sym> {
+        self.pairs().iter().map(|(k, _)| k)
+    }
+
+    /// The fields, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Sym, &Value)> {
+        self.pairs().iter().map(|(k, v)| (k, v))
+    }
+
+    /// Set field `key` (in place if present, else last); the previous value, if any.
+    pub fn insert(&mut self, key: &str, value: Value) -> Option<Value> {
+        let mut pairs = self.0.take().map(Vec::from).unwrap_or_default();
+        let old = match pairs.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => Some(std::mem::replace(v, value)),
+            None => {
+                pairs.push((Sym::from(key), value));
+                None
+            }
+        };
+        self.0 = Some(pairs.into_boxed_slice());
+        old
+    }
+
+    /// Share the keys through `interner` (for fields built one by one).
+    pub(crate) fn intern_keys(&mut self, interner: &mut Interner) {
+        for (k, _) in self.0.iter_mut().flat_map(|p| p.iter_mut()) {
+            *k = interner.sym(k);
+        }
+    }
+
+    /// The fields as a map.
+    pub fn to_map(&self) -> Map<String, Value> {
+        self.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+}
+
+impl From<Map<String, Value>> for Fields {
+    fn from(map: Map<String, Value>) -> Fields {
+        Fields::from_map(map, &mut Interner::default())
+    }
+}
+
+impl PartialEq for Fields {
+    fn eq(&self, other: &Fields) -> bool {
+        self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
+    }
+}
+
+impl fmt::Debug for Fields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a Fields {
+    type Item = (&'a Sym, &'a Value);
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, (Sym, Value)>, fn(&'a (Sym, Value)) -> (&'a Sym, &'a Value)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.pairs().iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl Serialize for Fields {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+/// `fields["key"]`: the value; panics if absent, as [`Map`]'s index does.
+impl std::ops::Index<&str> for Fields {
+    type Output = Value;
+    fn index(&self, key: &str) -> &Value {
+        self.get(key).unwrap_or_else(|| panic!("no field {key:?}"))
+    }
+}
