@@ -113,6 +113,21 @@ def test_an_output_onto_one_of_the_commands_inputs_is_refused(files, capsys, arg
     assert (files / victim).read_bytes() == before
 
 
+@pytest.mark.parametrize("argv", [
+    lambda d: ["apply", d / "out.json", "-o", d / "out.weights.npz"],
+    lambda d: ["export", d / "out.json", "-o", d / "out.weights.npz"],
+    lambda d: ["export", "--format", "onnx", d / "out.json", "-o", d / "out.weights.npz"],
+    lambda d: ["show", d / "out.json", "--dot", d / "out.weights.npz"],
+])
+def test_an_output_onto_the_graphs_weights_file_is_refused(files, capsys, argv):
+    assert cli(capsys, "import", files / "m.onnx", "-o", files / "out.json", "-q")[0] == ExitCode.OK
+    before = (files / "out.weights.npz").read_bytes()
+    code, err = cli(capsys, *argv(files))
+    assert code == ExitCode.OUTPUT_ERROR and "it is the input" in err, err
+    assert (files / "out.weights.npz").read_bytes() == before
+    assert rlx_rules.load_graph(files / "out.json").weights_file == str(files / "out.weights.npz")
+
+
 def test_apply_onto_its_input_graph_needs_in_place(files, capsys):
     before = (files / "g.json").read_bytes()
     code, err = cli(capsys, "apply", files / "g.json", "-o", files / "g.json")

@@ -98,6 +98,22 @@ class Graph:
             raise ParamError(f"the output path must be a str or os.PathLike, not {type(path).__name__}")
         atomic_write(path, self.to_json(pretty), inputs=inputs, follow_symlinks=follow_symlinks)
 
+    def field(self, name: str) -> Any:
+        """A top-level graph.json field that the graph itself does not use (`"weights"`, ...); None if absent."""
+        text = self._native.field(name)
+        return None if text is None else json.loads(text)
+
+    @property
+    def weights_file(self) -> Optional[str]:
+        """The .npz its `"weights"` field names, resolved against the file the graph was loaded from; None when
+        it names none. Commands count it among their inputs, which no output may replace."""
+        ref = self.field("weights")
+        if not isinstance(ref, str) or not ref:
+            return None
+        if os.path.isabs(ref) or self.source_path is None:
+            return ref
+        return os.path.join(os.path.dirname(os.path.abspath(self.source_path)), ref)
+
     @property
     def name(self) -> Optional[str]:
         return self._native.name

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 from ..onnx.importer import write_graph_with_weights
                 write_graph_with_weights(fused, out, onnx_weights, pretty=args.pretty, inputs=[*args.rules, args.graph])
             else:
-                fused.write(out, pretty=args.pretty, inputs=args.rules)
+                fused.write(out, pretty=args.pretty, inputs=[*args.rules, graph.weights_file])
         except GraphError as e:
             return fail(e, ExitCode.OUTPUT_ERROR)
     stream = sys.stderr if to_stdout else sys.stdout

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print(summary(after, "after"))
         print(f"fused or new nodes: {len(fused)}" + (f" ({', '.join(f'%{i}' for i in sorted(fused)[:20])}"
                                                        f"{', ...' if len(fused) > 20 else ''})" if fused else ""))
-    inputs = [args.graph, *(args.rules or [])]  # never drawn over
+    inputs = [args.graph, before.weights_file, *(args.rules or [])]  # never drawn over
     if args.dot or args.svg:
         text = to_dot(before, after, node=args.node, radius=args.radius)
         if args.dot:

@@ -15,13 +15,9 @@ from ..graph import Graph, load_graph
 from .optable import MAX_ELEMENTS
 
 
-def _graph_extra(graph: Graph) -> dict:
-    return graph.to_dict()
-
-
 def weights_path(graph: Graph) -> Optional[str]:
     """The path of the graph's ``"weights"`` file (relative to the graph file), or None when it names none."""
-    ref = _graph_extra(graph).get("weights")
+    ref = graph.field("weights")
     if ref is None:
         return None
     if not isinstance(ref, str) or not ref:

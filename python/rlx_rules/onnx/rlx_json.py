@@ -270,9 +270,12 @@ def to_rlx_json(graph, *, allow_non_rlx: bool = False) -> dict:
 def export_rlx_json(graph, path=None, *, allow_non_rlx: bool = False, indent: Optional[int] = None) -> str:
     """RLX's serde JSON for `graph` as text; written to `path` (atomically, never over the file the graph was
     loaded from) when given."""
+    from ..graph import load_graph
+
+    graph = load_graph(graph)
     text = json.dumps(to_rlx_json(graph, allow_non_rlx=allow_non_rlx), indent=indent)
     if path is not None:
         from ..safe_write import atomic_write
 
-        atomic_write(path, text + "\n", inputs=[getattr(graph, "source_path", None)])
+        atomic_write(path, text + "\n", inputs=[graph.source_path, graph.weights_file])
     return text
