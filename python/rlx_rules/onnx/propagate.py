@@ -1,6 +1,10 @@
 """Constant propagation after conversion: integer shape arithmetic that became constant only once the importer knew
 its own shapes (Shape of a tensor whose static shape it computed later) is evaluated, and the ONNX-only ops it
-fed become RLX's: OnnxReshape -> Reshape, OnnxExpand -> Expand, OnnxSlice -> Narrow."""
+fed become RLX's: OnnxReshape -> Reshape, OnnxExpand -> Expand, OnnxSlice -> Narrow. Shape vectors of a dynamic
+model are propagated too, as symbolic vectors (sizes and dim symbols): a run-time Reshape or Expand target built from
+Shape gathers names the input's own symbols, so its output shape does too (one symbol per dim across the graph), and
+the op becomes RLX's where the graph format can write its target (a Reshape with one symbolic dim as -1, an Expand
+whose symbolic dims keep the input's)."""
 
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ def _narrow(at, x):
     return x[tuple(index)]
 
 
+_STRUCTURAL = ("Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Narrow")  # also exact on symbolic vectors
+
 _EVAL: dict[str, Callable] = {
     "Gather": lambda at, x, i: np.take(x, i, axis=at.get("axis", 0)),
     "Concat": lambda at, *xs: np.concatenate(xs, axis=at["axis"]),
@@ -80,6 +86,7 @@ class Propagator:
         self.nodes = nodes
         self.by_id = {n["id"]: n for n in nodes}
         self.known: dict[int, np.ndarray] = {}
+        self.symbolic: dict[int, np.ndarray] = {}  # integer vectors with dim symbols (object arrays), by node id
 
     def shape(self, i: int):
         return self.by_id[i].get("shape")
@@ -116,23 +123,73 @@ class Propagator:
                 n["op"], n["attrs"], n["shape"] = "Constant", {"value": value_to_json(value)}, list(value.shape)
                 n.pop("inputs", None)
             return
+        self.symbolic_value(n)
         self.lift_onnx_op(n)
+
+    def vector(self, i: int) -> Optional[np.ndarray]:
+        """Node `i`'s integer value, as sizes and dim symbols (an object array) where it has symbols."""
+        return self.known[i] if i in self.known else self.symbolic.get(i)
+
+    def symbolic_value(self, n: dict) -> None:
+        """Record the value of a shape computation over a dynamic shape: Shape of a tensor whose dims all have names,
+        and the structural ops over such vectors (gathers, concatenations, slices, integer casts)."""
+        op, ins, at = n["op"], n.get("inputs", []), n.get("attrs", {})
+        value = None
+        try:
+            if op == "Shape" and ins:
+                dims = self.shape(ins[0])
+                if dims is not None and None not in dims:
+                    value = np.array(dims[at.get("start", 0):at.get("end", len(dims))], dtype=object)
+            elif ins and any(i in self.symbolic for i in ins) and all(self.vector(i) is not None for i in ins):
+                args = [self.vector(i) for i in ins]
+                if op == "Cast" and _INTS.get(n.get("dtype")) in (np.int32, np.int64):
+                    value = args[0]
+                elif op in _STRUCTURAL and not (op == "Gather" and args[1].dtype == object):
+                    value = np.asarray(_EVAL[op](at, *args), dtype=object)
+        except (KeyError, IndexError, TypeError, ValueError):
+            value = None
+        if value is not None and 0 < value.size <= MAX_VALUE and any(isinstance(d, str) for d in value.reshape(-1)):
+            self.symbolic[n["id"]] = value
+
+    def name_dims(self, n: dict, dims: list) -> None:
+        """Give `n`'s unknown dims the sizes or symbols its target names (-1: not known)."""
+        got = [None if d == -1 else d for d in dims]
+        merged = merge_shapes(n.get("shape"), got) if len(got) == len(n.get("shape") or got) else None
+        if merged is not None:
+            n["shape"] = merged
+
+    def target(self, i: int) -> Optional[list]:
+        """Node `i`'s value as a shape target: a list of sizes and dim symbols, or None where it is not known."""
+        v = self.vector(i)
+        return None if v is None else [d if isinstance(d, str) else int(d) for d in v.reshape(-1)]
 
     def lift_onnx_op(self, n: dict) -> None:
         op, ins = n["op"], n.get("inputs", [])
         src = self.shape(ins[0]) if ins else None
-        if op == "OnnxReshape" and len(ins) == 2 and ins[1] in self.known:
-            new = [int(d) for d in self.known[ins[1]].reshape(-1)]
+        if op == "OnnxReshape" and len(ins) == 2 and self.target(ins[1]) is not None:
+            new = self.target(ins[1])
             if not n.get("attrs", {}).get("allowzero", 0):
-                if 0 in new and not (src is not None and all(isinstance(src[k], int) for k, d in enumerate(new) if d == 0)):
+                if 0 in new and not (src is not None and all(k < len(src) and not is_unknown(src[k])
+                                                             for k, d in enumerate(new) if d == 0)):
                     return
                 new = [src[k] if d == 0 else d for k, d in enumerate(new)]
-            n["op"], n["attrs"], n["inputs"] = "Reshape", {"new_shape": new}, [ins[0]]
-        elif op == "OnnxExpand" and len(ins) == 2 and ins[1] in self.known:
-            target = expand_target(src, [int(d) for d in self.known[ins[1]].reshape(-1)])
+            new = _solve_minus_one(src, new)
+            written = _reshape_attr(new)
+            if written is None:  # several run-time dims: the shape is known, the target cannot be written
+                self.name_dims(n, new)
+                return
+            n["op"], n["attrs"], n["inputs"] = "Reshape", {"new_shape": written}, [ins[0]]
+            self.name_dims(n, new)
+        elif op == "OnnxExpand" and len(ins) == 2 and self.target(ins[1]) is not None:
+            target = expand_target(src, self.target(ins[1]))
             if target is None:
                 return
-            n["op"], n["attrs"], n["inputs"] = "Expand", {"target_shape": target}, [ins[0]]
+            aligned = len(src) == len(target)
+            keep = [-1 if aligned and isinstance(d, str) and src[k] == d else d for k, d in enumerate(target)]
+            if any(isinstance(d, str) for d in keep):  # a broadcast to a run-time size: known, not writable
+                self.name_dims(n, [src[k] if aligned and d == -1 else d for k, d in enumerate(target)])
+                return
+            n["op"], n["attrs"], n["inputs"] = "Expand", {"target_shape": keep}, [ins[0]]
         elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and all(i in self.known for i in ins[1:]) and _static(src):
             parts = [[int(v) for v in self.known[i].reshape(-1)] for i in ins[1:]]
             starts, ends = parts[0], parts[1]
@@ -153,6 +210,32 @@ class Propagator:
             n["shape"] = got
         elif shape is not None:
             n["shape"] = merge_shapes(shape, got)
+
+
+def _solve_minus_one(src: Optional[list], new: list) -> list:
+    """A Reshape target's -1 as a size where the input's symbols all reappear in the target (they cancel), so the
+    -1 is the quotient of the static sizes: [B, S, 16] -> [B, S, -1, 8] has -1 = 2."""
+    if src is None or new.count(-1) != 1 or any(d is None for d in src):
+        return new
+    syms = sorted(d for d in src if isinstance(d, str))
+    if syms != sorted(d for d in new if isinstance(d, str)):
+        return new
+    have = int(np.prod([d for d in src if isinstance(d, int)], dtype=np.int64))
+    rest = int(np.prod([d for d in new if isinstance(d, int) and d != -1], dtype=np.int64))
+    if rest <= 0 or have % rest:
+        return new
+    return [have // rest if d == -1 else d for d in new]
+
+
+def _reshape_attr(new: list) -> Optional[list[int]]:
+    """A Reshape target of sizes and dim symbols as RLX's integer new_shape: one symbol (and no -1) becomes -1;
+    None where the target has several symbols (the graph format's new_shape holds integers only)."""
+    syms = [k for k, d in enumerate(new) if isinstance(d, str)]
+    if not syms:
+        return list(new)
+    if len(syms) == 1 and -1 not in new:
+        return [-1 if k == syms[0] else d for k, d in enumerate(new)]
+    return None
 
 
 def propagate(nodes: list[dict]) -> None:

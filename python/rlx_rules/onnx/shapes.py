@@ -53,6 +53,8 @@ def _broadcast_dims(dims: list) -> Optional[object]:
         raise ValueError("shapes do not broadcast")
     if ints:
         return ints.pop()
+    if len(set(rest)) == 1 and rest[0] is not None:  # one name, known or not, is one size
+        return rest[0]
     if any(is_unknown(d) for d in rest):
         return None
     return rest[0] if len(set(rest)) == 1 else None
