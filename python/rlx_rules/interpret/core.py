@@ -41,7 +41,8 @@ def node_label(node: Node) -> str:
 
 class Interpreter:
     """Runs one graph; ``values`` holds every node's value after :meth:`run`, ``kernel_nodes`` the ids of the
-    nodes that ran through the Rust kernels (backend ``"kernels"``)."""
+    nodes that ran through the Rust kernels (backend ``"kernels"``), ``kernel_fallbacks`` the attention nodes
+    that ran in numpy instead, each with the reason (a soft-cap, a sliding window, ...)."""
 
     def __init__(self, graph, *, backend: str = "numpy", check_shapes: bool = True, max_elements: int = MAX_ELEMENTS):
         if backend not in BACKENDS:
@@ -52,12 +53,13 @@ class Interpreter:
         self.max_elements = max_elements
         self.values: dict[int, np.ndarray] = {}
         self.kernel_nodes: list[int] = []
+        self.kernel_fallbacks: dict[int, str] = {}
         self.dims: dict[str, int] = {}
 
     def run(self, inputs: Mapping[str, object], params: Optional[Mapping[str, object]] = None) -> list[np.ndarray]:
         if params is None:
             params = load_weights(self.graph)
-        self.values, self.kernel_nodes, self.dims = {}, [], {}
+        self.values, self.kernel_nodes, self.kernel_fallbacks, self.dims = {}, [], {}, {}
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             for node in self.graph.nodes:
                 self.values[node.id] = value = self._node(node, inputs, params)
@@ -181,8 +183,9 @@ def run(graph, inputs: Mapping[str, object], params: Optional[Mapping[str, objec
 
     Input nodes are looked up by name in `inputs`; Param and Constant nodes (without an inline ``value``) in
     `params`, or, when `params` is None, in the .npz that the graph's ``"weights"`` field names. ``backend=
-    "kernels"`` runs FusedAttentionBlock, FusedTransformerLayer's attention and eligible Attention nodes
-    through the Rust kernels (float32); everything else runs in numpy float64. Raises GraphError naming the
+    "kernels"`` runs FusedAttentionBlock, FusedTransformerLayer's attention and Attention nodes through the
+    Rust kernels (float32) where a kernel computes what the op means (otherwise numpy runs the node and
+    ``Interpreter.kernel_fallbacks`` says why); everything else runs in numpy float64. Raises GraphError naming the
     node for a missing value, a wrong shape or dtype, an op without semantics (UnsupportedOpError), or a value
     over `max_elements` elements (checked before allocating it)."""
     return Interpreter(graph, backend=backend, max_elements=max_elements).run(inputs, params)

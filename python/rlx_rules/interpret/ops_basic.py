@@ -6,7 +6,7 @@ import numpy as np
 
 from ..graph import Node
 from .numerics import INT, ACTIVATIONS, attention, cast, layer_norm, rms_norm, rope, softmax
-from .ops_fused import kernel_attention, kernel_attention_ok
+from .ops_fused import kernel_attention, kernel_attention_refusal, run_kernel
 from .optable import checked_indices, node_attr, norm_axis, register_op
 
 
@@ -145,9 +145,11 @@ def _attention(it, node, args):
         raise ValueError(f"mask_kind {kind} needs a 4th input (the mask), but the node has {len(args)} inputs")
     mask = args[3] if len(args) > 3 else None
     q, k, v = args[:3]
-    if it.backend == "kernels" and kernel_attention_ok(q, k, v, mask, a, kind):
-        it.kernel_nodes.append(node.id)
-        return kernel_attention(q, k, v, mask, a, kind)
+    if it.backend == "kernels":
+        out = run_kernel(it, node, kernel_attention_refusal(q, k, v, mask, a, kind),
+                         lambda: kernel_attention(q, k, v, mask, a, kind))
+        if out is not None:
+            return out
     return attention(q, k, v, mask, int(node_attr(node, "num_heads")), int(node_attr(node, "head_dim")), kind,
                      a.get("score_scale"), window=a.get("window"), softcap=a.get("attn_logit_softcap"),
                      v_head_dim=a.get("v_head_dim"), masked_rows=a.get("masked_rows") or "uniform")

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Callable, Optional
+
 import numpy as np
 
+from ..errors import KernelError
 from ..graph import Node
-from .numerics import ACTIVATIONS, attention, cast, layer_norm, rms_norm, rope, silu
+from .numerics import ACTIVATIONS, _heads as heads_of, _unheads as unheads, attention, cast, layer_norm, rms_norm, \
+    rope, silu
 from .optable import node_attr, register_op
+
+log = logging.getLogger(__name__)
 
 
 @register_op("FusedMatMulBiasAct")
@@ -82,9 +89,12 @@ def attention_block(hidden, qkv_w, out_w, mask, qkv_b=None, out_b=None, *, num_h
 
 def _attention_block(it, node, hidden, qkv_w, out_w, mask, qkv_b, out_b, tables):
     heads, hd = int(node_attr(node, "num_heads")), int(node_attr(node, "head_dim"))
-    if it.backend == "kernels" and _kernel_block_ok(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads, hd):
-        it.kernel_nodes.append(node.id)
-        return _kernel_block(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads)
+    if it.backend == "kernels":
+        why_not = _kernel_block_refusal(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads, hd)
+        out = run_kernel(it, node, why_not,
+                         lambda: _kernel_block(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads, hd))
+        if out is not None:
+            return out
     return attention_block(hidden, qkv_w, out_w, mask, qkv_b, out_b, num_heads=heads, head_dim=hd,
                            rope_tables=tables)
 
@@ -121,48 +131,130 @@ def as_f32(x) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def kernel_attention_ok(q, k, v, mask, a, kind) -> bool:
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or k.shape != v.shape or q.shape[0] != k.shape[0]:
-        return False
-    if q.shape[2] != k.shape[2] or q.shape[2] != a["num_heads"] * a["head_dim"]:
-        return False
-    if a.get("attn_logit_softcap") is not None or a.get("v_head_dim") not in (None, a["head_dim"]):
-        return False
-    if kind == "Custom":
-        return np.shape(mask) == (q.shape[0], k.shape[1])
-    return kind == "None" or (kind == "Causal" and q.shape[1] == k.shape[1])
+# A row whose every key has an additive bias in this range keeps its scores in float64 and loses them in
+# float32 (past the upper end float64 loses them too: both give the same uniform row); past float32's range
+# a finite bias becomes -inf in float32.
+SWAMPING_BIAS = (1e4, 1e30)
+# RLX's mask kinds as the attention kernel's: a Bias is an additive bias under "custom" (no keep mask).
+_KERNEL_MASK_KINDS = {"None": "none", "Causal": "causal", "Custom": "custom", "Bias": "custom"}
+
+
+def kernel_attention_refusal(q, k, v, mask, a, kind) -> Optional[str]:
+    """Why the attention kernel cannot run this ``Attention`` node (None: it can; the operands' shapes are
+    checked when they are split into heads, the rest by the kernel's binding, which raises KernelError)."""
+    if kind not in _KERNEL_MASK_KINDS:
+        return f"mask_kind {kind} (the kernel has no sliding window)" if kind == "SlidingWindow" else \
+            f"mask_kind {kind}"
+    if a.get("attn_logit_softcap") is not None:
+        return "attn_logit_softcap (the kernel has no soft-cap)"
+    if a.get("v_head_dim") not in (None, a["head_dim"]):
+        return f"v_head_dim {a['v_head_dim']} != head_dim {a['head_dim']} (the kernel has one head_dim)"
+    scale = a.get("score_scale")
+    if scale is not None and not np.isfinite(np.float32(scale)):
+        return f"score_scale {scale} is not finite in float32"
+    if q.ndim != k.ndim or q.ndim != v.ndim:
+        return f"q, k, v of ranks {q.ndim}, {k.ndim}, {v.ndim} (one layout for all three)"
+    if kind == "Bias" and np.ndim(mask) and np.size(mask):
+        top = np.max(mask, axis=-1)  # a row's largest bias: the scores ride on it
+        if np.any(((top < -SWAMPING_BIAS[0]) & (top > -SWAMPING_BIAS[1])) | (np.isfinite(top) & np.isinf(top.astype(np.float32)))):
+            return f"a score row whose every key has a bias below -{SWAMPING_BIAS[0]:g} (float32 loses the " \
+                   f"scores on it, float64 keeps them up to -{SWAMPING_BIAS[1]:g}) or below float32's range"
+    return None
+
+
+def _flat_heads(t: np.ndarray, heads: int, head_dim: int, what: str):
+    """`t` (any layout RLX's Attention takes) as the kernel's float32 [B, S, H·D], plus [B, H, S, D]'s layout."""
+    th, layout = heads_of(t, heads, head_dim, what)
+    b, h, s, d = th.shape
+    return as_f32(th.transpose(0, 2, 1, 3).reshape(b, s, h * d)), layout
 
 
 def kernel_attention(q, k, v, mask, a, kind) -> np.ndarray:
+    """RLX's ``Attention`` through ``rlx_rules.kernels.attention`` (float32), in q's layout."""
     from .. import kernels
-    out = kernels.attention(as_f32(q), as_f32(k), as_f32(v), None if mask is None else as_f32(mask),
-                            num_heads=int(a["num_heads"]), mask_kind=kind.lower(), scale=a.get("score_scale"),
+    heads, hd = int(a["num_heads"]), int(a["head_dim"])
+    qf, layout = _flat_heads(q, heads, hd, "q")
+    if qf.shape[2] != heads * hd:  # the kernel would split q into heads of another head_dim
+        raise ValueError(f"q has {qf.shape[2] // hd} heads of {hd}, but num_heads is {heads}")
+    kf, _ = _flat_heads(k, heads, hd, "k")
+    vf, _ = _flat_heads(v, heads, hd, "v")
+    m = None if mask is None else as_f32(mask)
+    scale = a.get("score_scale")
+    out = kernels.attention(qf, kf, vf, m if kind == "Custom" else None, num_heads=heads,
+                            mask_kind=_KERNEL_MASK_KINDS[kind], bias=m if kind == "Bias" else None,
+                            scale=None if scale is None else float(scale),
                             masked_rows=a.get("masked_rows") or "uniform")
-    return out.astype(np.float64)
+    b, sq = out.shape[:2]
+    return unheads(out.astype(np.float64).reshape(b, sq, heads, hd).transpose(0, 2, 1, 3), layout)
 
 
-def _kernel_block_ok(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads, hd) -> bool:
+def run_kernel(it, node: Node, why_not: Optional[str], call: Callable[[], np.ndarray]) -> Optional[np.ndarray]:
+    """`call()` (a Rust kernel) for `node` unless `why_not` names what the kernel cannot do; a refusal, or the
+    kernel's own KernelError, is recorded in ``it.kernel_fallbacks`` (and logged) and returns None: numpy runs."""
+    if why_not is None:
+        try:
+            value = call()
+        except KernelError as e:
+            why_not = f"the kernel refused the operands: {e}"
+        else:
+            it.kernel_nodes.append(node.id)
+            return value
+    it.kernel_fallbacks[node.id] = why_not
+    log.debug("%s runs in numpy: %s", node.op, why_not)
+    return None
+
+
+def _kernel_block_refusal(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads, hd) -> Optional[str]:
+    """Why the fused-block kernel cannot run this block (None: it can)."""
     h = heads * hd
     if hidden.ndim != 3 or hidden.shape[2] != h or np.shape(qkv_w) != (h, 3 * h) or np.shape(out_w) != (h, h):
-        return False
-    if np.shape(mask) != hidden.shape[:2] or (qkv_b is not None and np.shape(qkv_b) != (3 * h,)):
-        return False
-    if out_b is not None and np.shape(out_b) != (h,):
-        return False
+        return f"hidden {list(hidden.shape)}, qkv_w {list(np.shape(qkv_w))}, out_w {list(np.shape(out_w))} " \
+               f"are not [B, S, {h}], [{h}, {3 * h}], [{h}, {h}]"
+    if np.ndim(mask) not in (2, 3, 4):
+        return f"keep mask {list(np.shape(mask))} is not [B, S], [B, S, S] or [B, H, S, S]"
+    if (qkv_b is not None and np.shape(qkv_b) != (3 * h,)) or (out_b is not None and np.shape(out_b) != (h,)):
+        return f"biases {list(np.shape(qkv_b))}, {list(np.shape(out_b))} are not [{3 * h}], [{h}]"
     if tables is not None:
         cos, sin = (np.asarray(t) for t in tables)
-        if cos.ndim != 2 or cos.shape != sin.shape or cos.shape[1] != hd // 2 or cos.shape[0] < hidden.shape[1]:
-            return False
-    return True
+        rows = cos.size // max(cos.shape[-1], 1) if cos.ndim else 0
+        if cos.shape != sin.shape or cos.ndim < 1 or cos.shape[-1] < hd // 2 or rows < hidden.shape[1] or \
+                (rows == hidden.shape[0] * hidden.shape[1] and rows != hidden.shape[1]):
+            return f"RoPE tables {list(cos.shape)} are not position tables [>= {hidden.shape[1]}, >= {hd // 2}]"
+    return None
 
 
-def _kernel_block(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads) -> np.ndarray:
+def _key_mask(mask, b: int, s: int) -> Optional[np.ndarray]:
+    """The keep mask as the fused kernel's [B, S] when it is one, or drops the same keys for every query and
+    head ([B, 1, S, S] padding); None when it varies by query (causal and padding: the split path)."""
+    m = np.asarray(mask)
+    if m.shape == (b, s):
+        return m
+    if m.shape[-1] != s or m.shape[0] not in (1, b):
+        return None
+    dropped = m.reshape(m.shape[0], -1, s) < 0.5
+    if not np.array_equal(dropped, np.broadcast_to(dropped[:, :1], dropped.shape)):
+        return None
+    return np.broadcast_to(~dropped[:, 0], (b, s))
+
+
+def _kernel_block(hidden, qkv_w, out_w, mask, qkv_b, out_b, tables, heads, hd) -> np.ndarray:
+    """The block through ``kernels.fused_attention_block`` with a [B, S] keep mask; with a mask that varies by
+    query, the projections in numpy and the attention (RoPE and the mask included) through ``kernels.attention``."""
     from .. import kernels
+    b, s = hidden.shape[:2]
     rope_pair = None
     if tables is not None:
-        s = hidden.shape[1]
-        rope_pair = (as_f32(np.asarray(tables[0])[:s]), as_f32(np.asarray(tables[1])[:s]))
-    out = kernels.fused_attention_block(as_f32(hidden), as_f32(qkv_w), as_f32(out_w), as_f32(mask),
-                                        None if qkv_b is None else as_f32(qkv_b),
-                                        None if out_b is None else as_f32(out_b), num_heads=heads, rope=rope_pair)
-    return out.astype(np.float64)
+        rope_pair = tuple(as_f32(np.asarray(t).reshape(-1, np.shape(t)[-1])[:s, :hd // 2]) for t in tables)
+    keys = _key_mask(mask, b, s)
+    if keys is not None:
+        out = kernels.fused_attention_block(as_f32(hidden), as_f32(qkv_w), as_f32(out_w), as_f32(keys),
+                                            None if qkv_b is None else as_f32(qkv_b),
+                                            None if out_b is None else as_f32(out_b), num_heads=heads,
+                                            rope=rope_pair)
+        return out.astype(np.float64)
+    h = heads * hd
+    qkv = hidden @ qkv_w if qkv_b is None else hidden @ qkv_w + qkv_b
+    ctx = kernels.attention(as_f32(qkv[..., :h]), as_f32(qkv[..., h:2 * h]), as_f32(qkv[..., 2 * h:]),
+                            as_f32(mask), num_heads=heads, rope=rope_pair)
+    out = ctx.astype(np.float64) @ out_w
+    return out if out_b is None else out + out_b
