@@ -142,7 +142,7 @@ def rms_norm(x, gamma, beta, eps: float, axis: int = -1) -> np.ndarray:
     return x / np.sqrt(ms + eps) * _along(gamma, x.ndim, ax) + _along(beta, x.ndim, ax)
 
 
-def _heads(t: np.ndarray, num_heads: int, head_dim: int, what: str):
+def split_heads(t: np.ndarray, num_heads: int, head_dim: int, what: str):
     """`t` as [B, H, S, D] plus its layout: "flat" [B, S, H·D] (or [S, H·D]), "bshd" or "bhsd"."""
     if t.ndim == 2:
         t = t[None]
@@ -163,7 +163,7 @@ def _heads(t: np.ndarray, num_heads: int, head_dim: int, what: str):
     raise ValueError(f"{what} must have rank 2, 3 or 4, got shape {list(t.shape)}")
 
 
-def _unheads(t: np.ndarray, layout: str) -> np.ndarray:
+def merge_heads(t: np.ndarray, layout: str) -> np.ndarray:
     b, h, s, d = t.shape
     if layout in ("flat", "flat2"):
         out = t.transpose(0, 2, 1, 3).reshape(b, s, h * d)
@@ -207,9 +207,9 @@ def attention(q, k, v, mask=None, num_heads: int = 1, head_dim: Optional[int] = 
     fill = MASKED if masked_rows == "uniform" else -np.inf
     head_dim = head_dim or q.shape[-1] // num_heads
     v_dim = v_head_dim or head_dim
-    qh, layout = _heads(np.asarray(q), num_heads, head_dim, "q")
-    kh, _ = _heads(np.asarray(k), num_heads, head_dim, "k")
-    vh, _ = _heads(np.asarray(v), num_heads, v_dim, "v")
+    qh, layout = split_heads(np.asarray(q), num_heads, head_dim, "q")
+    kh, _ = split_heads(np.asarray(k), num_heads, head_dim, "k")
+    vh, _ = split_heads(np.asarray(v), num_heads, v_dim, "v")
     b, h, sq, _ = qh.shape
     if kh.shape[0] != b or vh.shape[0] != b:
         raise ValueError(f"q, k and v have different batch sizes ({b}, {kh.shape[0]}, {vh.shape[0]})")
@@ -251,7 +251,7 @@ def attention(q, k, v, mask=None, num_heads: int = 1, head_dim: Optional[int] = 
         probs = np.where(dead, 0.0, softmax(np.where(dead, 0.0, scores), -1))
     else:
         probs = softmax(scores, -1)
-    return _unheads(probs @ vh, layout)
+    return merge_heads(probs @ vh, layout)
 
 
 def rope(x, cos, sin, head_dim: int, n_rot: Optional[int] = None, style: str = "NeoX") -> np.ndarray:

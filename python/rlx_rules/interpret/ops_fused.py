@@ -9,8 +9,7 @@ import numpy as np
 
 from ..errors import KernelError
 from ..graph import Node
-from .numerics import ACTIVATIONS, _heads as heads_of, _unheads as unheads, attention, cast, layer_norm, rms_norm, \
-    rope, silu
+from .numerics import ACTIVATIONS, attention, cast, layer_norm, merge_heads, rms_norm, rope, silu, split_heads
 from .optable import node_attr, register_op
 
 log = logging.getLogger(__name__)
@@ -164,7 +163,7 @@ def kernel_attention_refusal(q, k, v, mask, a, kind) -> Optional[str]:
 
 def _flat_heads(t: np.ndarray, heads: int, head_dim: int, what: str):
     """`t` (any layout RLX's Attention takes) as the kernel's float32 [B, S, H·D], plus [B, H, S, D]'s layout."""
-    th, layout = heads_of(t, heads, head_dim, what)
+    th, layout = split_heads(t, heads, head_dim, what)
     b, h, s, d = th.shape
     return as_f32(th.transpose(0, 2, 1, 3).reshape(b, s, h * d)), layout
 
@@ -185,7 +184,7 @@ def kernel_attention(q, k, v, mask, a, kind) -> np.ndarray:
                             scale=None if scale is None else float(scale),
                             masked_rows=a.get("masked_rows") or "uniform")
     b, sq = out.shape[:2]
-    return unheads(out.astype(np.float64).reshape(b, sq, heads, hd).transpose(0, 2, 1, 3), layout)
+    return merge_heads(out.astype(np.float64).reshape(b, sq, heads, hd).transpose(0, 2, 1, 3), layout)
 
 
 def run_kernel(it, node: Node, why_not: Optional[str], call: Callable[[], np.ndarray]) -> Optional[np.ndarray]:
