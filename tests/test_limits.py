@@ -146,6 +146,21 @@ def test_rewrite_budget_per_apply():
         rules.apply(chain_graph(7), max_rewrites=5)
 
 
+def test_a_limit_stops_with_the_work_done():
+    rules = rlx_rules.compile_text(RULE.format("true"))
+    graph = chain_graph(7)
+    fused, report = rules.apply(graph, max_rewrites=5, on_limit="stop")  # egg's Runner: stop, keep the work
+    assert report.stop_reason == "rewrite_limit" and report.rewrites == 5
+    assert fused.op_counts()["Gelu"] == 5
+    with pytest.raises(rlx_rules.ApplyError) as raised:  # the default raises, and the error holds the same work
+        rules.apply(graph, max_rewrites=5)
+    assert raised.value.kind == "rewrite_limit"
+    assert isinstance(raised.value.graph, rlx_rules.Graph) and raised.value.graph.op_counts()["Gelu"] == 5
+    assert isinstance(raised.value.report, rlx_rules.Report) and raised.value.report.rewrites == 5
+    with pytest.raises(rlx_rules.ParamError, match="on_limit"):
+        rules.apply(graph, on_limit="ignore")
+
+
 def test_time_budget_per_apply():
     rules = rlx_rules.compile_text(RULE.format("true"))
     with pytest.raises(rlx_rules.ApplyError, match="time budget"):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from . import _native
-from .errors import Diagnostic, ParamError, ProgramError, RuleError
+from .errors import ApplyError, Diagnostic, ParamError, ProgramError, RuleError
 from .graph import Graph, count_argument, load_graph
 from .lang import MAX_SOURCE_BYTES, cache as rule_cache
 from .lang.params import ParamValue, resolve
@@ -97,19 +97,23 @@ class RuleSet:
     def apply(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
               max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
               max_iterations: Optional[int] = None, fail_after_rewrites: Optional[int] = None,
-              explain: bool = False) -> tuple[Graph, Report]:
+              explain: bool = False, on_limit: str = "raise") -> tuple[Graph, Report]:
         """Apply the rules; returns the rewritten graph and the report. The input graph is unchanged.
 
         Limits (None: the core's defaults, docs/security.md): `max_rewrites` per apply, `time_budget_s` of wall
         time, `max_iterations` per phase (a phase's own `max_iterations` cannot raise it). Reaching a rewrite
-        or time limit raises ApplyError holding the work done. With `explain=True` the report also holds, for
-        each rule that fired zero times, its best near miss.
+        or time limit stops the apply with the work done, as egg's Runner does: with `on_limit="stop"` that
+        work is returned and `report.stop_reason` says which limit stopped it; with `on_limit="raise"` (the
+        default) ApplyError is raised, its `.graph` (a Graph) and `.report` (a Report) holding the work done.
+        With `explain=True` the report also holds, for each rule that fired zero times, its best near miss.
         """
+        if on_limit not in ("raise", "stop"):
+            raise ParamError(f"on_limit must be 'raise' or 'stop', not {on_limit!r}")
         return self._run(graph, params, max_rewrites=count_argument("max_rewrites", max_rewrites),
                          time_budget_s=_seconds("time_budget_s", time_budget_s),
                          max_iterations=count_argument("max_iterations", max_iterations),
                          fail_after_rewrites=count_argument("fail_after_rewrites", fail_after_rewrites),
-                         explain="unfired" if explain else None)
+                         explain="unfired" if explain else None, on_limit=on_limit)
 
     def explain(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
                 rule: Optional[str] = None, node: Optional[int] = None, all: bool = False) -> list[NearMiss]:
@@ -128,14 +132,25 @@ class RuleSet:
     def _run(self, graph, params, **options) -> tuple[Graph, Report]:
         graph = load_graph(graph)
         values = self.param_values(params)
-        native_graph, report_json = self._native.apply(
-            graph._native, json.dumps({k: v.value for k, v in values.items()}), **options)
-        data = json.loads(report_json)
-        data["params_in_force"] = {k: {"value": v.value, "source": v.source} for k, v in values.items()}
-        return Graph(native_graph), Report.from_dict(data)
+        in_force = {k: {"value": v.value, "source": v.source} for k, v in values.items()}
+        try:
+            native_graph, report_json = self._native.apply(
+                graph._native, json.dumps({k: v.value for k, v in values.items()}), **options)
+        except ApplyError as limit:
+            if getattr(limit, "graph", None) is not None:  # a limit: the work done, as Python types
+                limit.graph = Graph(limit.graph)
+                limit.report = _report(limit.report, in_force)
+            raise
+        return Graph(native_graph), _report(report_json, in_force)
 
     def __repr__(self) -> str:
         return f"<RuleSet: {len(self.rule_names)} rules in phases {', '.join(self.phases)}>"
+
+
+def _report(report_json: str, params_in_force: dict) -> Report:
+    data = json.loads(report_json)
+    data["params_in_force"] = params_in_force
+    return Report.from_dict(data)
 
 
 def outline_of(program: Mapping) -> dict[str, list]:
