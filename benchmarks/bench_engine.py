@@ -66,6 +66,17 @@ def api_child(src: str, dst: str, rules_path: str) -> int:
     return 0
 
 
+def generate_child(n_layers: str, dst: str) -> int:
+    """Write the BERT graph of `n_layers` layers to `dst` and print its node count."""
+    from rlx_rules.examples import bert_encoder
+
+    doc = bert_encoder(int(n_layers))
+    with open(dst, "w") as f:
+        json.dump(doc, f)
+    print(len(doc["nodes"]))
+    return 0
+
+
 def canonical(path: Path) -> tuple[dict, list]:
     doc = json.loads(path.read_text())
     counts = collections.Counter(n["op"] for n in doc["nodes"])
@@ -80,14 +91,16 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     ap.add_argument("--no-build", action="store_true", help="skip cargo build --release -p seed-pass-rust")
     ap.add_argument("--api-child", nargs=3, metavar=("IN", "OUT", "RULES"), help=argparse.SUPPRESS)
+    ap.add_argument("--generate-child", nargs=2, metavar=("LAYERS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.api_child:
         return api_child(*args.api_child)
+    if args.generate_child:
+        return generate_child(*args.generate_child)
     layers = args.layers or ([35, 100] if args.quick else [35, 100, 1000, 10000, 34000])
     repeats = args.repeats or (2 if args.quick else 3)
 
     import rlx_rules
-    from rlx_rules.examples import bert_encoder
 
     OUT.mkdir(parents=True, exist_ok=True)
     # The seed pipeline (FuseMatMulBiasAct + FuseAttentionBlock), the work the hand-written passes do.
@@ -106,11 +119,13 @@ def main() -> int:
     results = []
     for n_layers in layers:
         src = OUT / f"bert_{n_layers}.json"
-        doc = bert_encoder(n_layers)
-        nodes = len(doc["nodes"])
-        with open(src, "w") as f:
-            json.dump(doc, f)
-        del doc
+        # Generated in a child process: a child's peak RSS (ru_maxrss) starts from its parent's RSS at the fork, so
+        # this process must stay small or it would set a floor under every contender's peak.
+        gen = subprocess.run(
+            [sys.executable, __file__, "--generate-child", str(n_layers), str(src)],
+            check=True, capture_output=True, text=True,
+        )
+        nodes = int(gen.stdout)
         input_mb = src.stat().st_size / 2**20
         outs = {c: OUT / f"bert_{n_layers}.{c}.json" for c in CONTENDERS}
         cmds = {
