@@ -1,6 +1,8 @@
 """The default pipeline on every committed corpus export (tests/corpus/): imported with its inputs' shapes pinned,
 lifted by @onnx (what `rlx-rules apply` picks for an imported graph); every attention layer fused, and the fused
 graph's outputs match ONNX Runtime's recorded ones within 1e-4 on every row (padded and fully masked rows included).
+The dynamic mode imports the same files without pinning (the exporter's symbolic batch and sequence dims): values must
+match everywhere; files not fully fused yet are xfail with the reason (DYNAMIC_XFAIL).
 
 RLX_CORPUS_SAMPLE=N runs every N-th file only (CI on slow machines); by default every file runs (~30 s)."""
 from __future__ import annotations
@@ -50,6 +52,25 @@ def _xfail_reason(entry: dict):
     return XFAIL.get(stem) or XFAIL.get(entry["family"])
 
 
+# Dynamic mode (no pinning): files where not every layer fuses yet, by family or "family.impl.exporter"; the first
+# match wins ("family.impl.exporter", then "impl.exporter", then "exporter").
+DYNAMIC_XFAIL: dict[str, str] = {
+    "legacy": "the legacy exporter's hidden-state dims are unk__N (shape inference gives up at the position-embedding "
+              "add), not the inputs' symbols: run-time Reshape targets that name them stay OnnxReshape (no run is "
+              "sure to bind them), and the head-split pattern does not match",
+    "sdpa.dynamo": "SDPA's dynamo export keeps its key-transpose scale and mask as run-time Reshapes of Shape(...) "
+                   "products (B·H): a symbol product cannot be written as a dim",
+    "dynamo": "a run-time Reshape/Slice target the propagation cannot name (symbol arithmetic such as s70*s72, a "
+              "slice to a symbolic length), or a shape guard that needs a static dim",
+}
+
+
+def _dynamic_xfail_reason(entry: dict):
+    stem = entry["file"][: -len(".onnx")]
+    family, impl, exporter = stem.split(".")
+    return (DYNAMIC_XFAIL.get(stem) or DYNAMIC_XFAIL.get(f"{impl}.{exporter}") or DYNAMIC_XFAIL.get(exporter))
+
+
 @pytest.fixture(scope="module")
 def rules():
     return rlx_rules.load_rules("@onnx")
@@ -81,6 +102,29 @@ def test_every_attention_layer_fuses_and_values_match(entry, rules):
         pytest.xfail(reason)
     assert not reason, f"{stem} now fuses every layer: take it out of XFAIL"
     assert layers == entry["attention_layers"], (stem, {op: ops.get(op, 0) for op in FUSED}, ops.get("Softmax", 0))
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"][: -len(".onnx")] for e in ENTRIES])
+def test_dynamic_import_fuses_and_values_match(entry, rules):
+    """Imported without pinning: symbolic batch and sequence dims. The values match ONNX Runtime's in every file;
+    the layers fuse where the run-time shape computations resolve to symbolic targets."""
+    stem = entry["file"][: -len(".onnx")]
+    with np.load(CORPUS / f"{stem}.inputs.npz") as f:
+        feed = dict(f)
+    with np.load(CORPUS / f"{stem}.expected.npz") as f:
+        (expected,) = f.values()
+    result = convert(str(CORPUS / entry["file"]))
+    fused, _ = rules.apply(Graph.from_dict(result.graph))
+    (got,) = rlx_rules.run(fused, feed, result.weights)
+    np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0, equal_nan=True,
+                               err_msg=f"{stem} (dynamic): the fused graph's values differ from ONNX Runtime's")
+    ops = fused.op_counts()
+    layers = sum(ops.get(op, 0) for op in FUSED)
+    if layers == entry["attention_layers"]:
+        return
+    reason = _dynamic_xfail_reason(entry)
+    assert reason, (stem, "dynamic: not every layer fused and no DYNAMIC_XFAIL reason", layers)
+    pytest.xfail(f"{layers} of {entry['attention_layers']} layers: {reason}")
 
 
 def test_apply_on_an_onnx_file_is_the_whole_pipeline(tmp_path):

@@ -8,10 +8,22 @@ from .numerics import softmax
 from .optable import check_elements, checked_indices, node_attr, norm_axis, register_op
 
 
+def _dims(it, node, name: str) -> list[int]:
+    """A dim-list attribute's sizes: each symbol is the size bound to it from an earlier value's shape."""
+    out = []
+    for d in node_attr(node, name):
+        if isinstance(d, str):
+            if d not in it.dims:
+                raise ValueError(f"{name} names the symbol {d!r}, which no earlier value's shape bound")
+            d = it.dims[d]
+        out.append(int(d))
+    return out
+
+
 @register_op("Reshape")
 def _reshape(it, node, args):
     x = args[0]
-    new = [int(d) for d in node_attr(node, "new_shape")]
+    new = _dims(it, node, "new_shape")
     if sum(d == -1 for d in new) > 1 or any(d < -1 for d in new):
         raise ValueError(f"new_shape {new} may hold one -1 and no other negative dim")
     known = int(np.prod([d for d in new if d != -1]))
@@ -67,7 +79,7 @@ def _concat(it, node, args):
 @register_op("Expand")
 def _expand(it, node, args):
     x = args[0]
-    target = [int(d) for d in node_attr(node, "target_shape")]
+    target = _dims(it, node, "target_shape")
     if len(target) < x.ndim:
         raise ValueError(f"target_shape {target} has fewer dims than the input {list(x.shape)}")
     lead = len(target) - x.ndim

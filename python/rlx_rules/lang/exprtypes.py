@@ -41,7 +41,7 @@ ANY, INT, FLOAT, BOOL, STR, NULL, DIM, LIST = (Type(k) for k in ("any", "int", "
 
 
 def attr_type(spec: AttrSpec) -> Type:
-    kind = {"int": "int", "float": "float", "bool": "bool", "string": "str", "enum": "str", "int_list": "list"}.get(spec.type, "any")
+    kind = {"int": "int", "float": "float", "bool": "bool", "string": "str", "enum": "str", "int_list": "list", "dim_list": "list"}.get(spec.type, "any")
     return Type(kind, spec.nullable, spec.values if spec.type == "enum" else ())
 
 

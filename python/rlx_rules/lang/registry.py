@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 
 @dataclass(frozen=True)
 class AttrSpec:
-    type: str  # int, float, bool, string, enum, int_list, any
+    type: str  # int, float, bool, string, enum, int_list, dim_list, any
     nullable: bool = False
     optional: bool = False
     values: tuple[str, ...] = ()  # enum values

@@ -42,18 +42,31 @@ def _same_shape(a: dict, b: dict) -> bool:
     return _known(a.get("shape")) and a.get("shape") == b.get("shape")
 
 
-def _split_then_transpose(m: dict, t: dict, out: dict) -> Optional[tuple[list[int], list[int]]]:
+def _split_then_transpose(m: dict, t: dict, out: dict, merged_from: Optional[list] = None,
+                          bound: frozenset = frozenset()) -> Optional[tuple[list, list[int]]]:
     """For out = Reshape(Transpose(m)) where the Transpose keeps m's first axis first and the Reshape only splits
     that axis into out's leading dims: (the shape that splits m's first axis the same way, the Transpose perm on
-    it). Splitting the first axis commutes with permuting the others (row-major), so out = Transpose(Reshape(m))."""
+    it). Splitting the first axis commutes with permuting the others (row-major), so out = Transpose(Reshape(m)).
+    With symbolic dims (a dynamic export: m = Reshape(y) to [-1, S, D]), m's first axis is known to be the product
+    of out's leading dims when m merged exactly those leading dims of y (`merged_from`, y's shape); the split
+    then names only symbols every run binds (`bound`)."""
     ms, os_ = m.get("shape"), out.get("shape")
     perm = t.get("attrs", {}).get("perm")
-    if not (_static(ms) and _static(os_)) or not perm or perm[0] != 0 or len(perm) != len(ms):
+    if not ms or not _known(ms[1:]) or not _known(os_) or not perm or perm[0] != 0 or len(perm) != len(ms):
         return None
     j = len(os_) - (len(ms) - 1)
-    if j < 1 or int(np.prod(os_[:j], dtype=np.int64)) != ms[0] or list(os_[j:]) != [ms[p] for p in perm[1:]]:
+    if j < 1 or list(os_[j:]) != [ms[p] for p in perm[1:]]:
         return None
-    return list(os_[:j]) + list(ms[1:]), list(range(j)) + [j - 1 + p for p in perm[1:]]
+    if _static(os_[:j]) and isinstance(ms[0], int):
+        if int(np.prod(os_[:j], dtype=np.int64)) != ms[0]:
+            return None
+    elif not (merged_from is not None and list(merged_from[:j]) == list(os_[:j]) and
+              list(merged_from[j:]) == list(ms[1:])):
+        return None
+    split = list(os_[:j]) + list(ms[1:])
+    if any(isinstance(d, str) and d not in bound for d in split):
+        return None
+    return split, list(range(j)) + [j - 1 + p for p in perm[1:]]
 
 
 class Canonicalizer:
@@ -64,6 +77,9 @@ class Canonicalizer:
         self.outputs = outputs
         self.by_id = {n["id"]: n for n in nodes}
         self.repl: dict[int, int] = {}
+        # the dim symbols every run binds (the inputs'): the only ones a new Reshape target may name
+        self.bound = frozenset(d for n in nodes if n["op"] == "Input" for d in n.get("shape") or ()
+                               if isinstance(d, str))
 
     def resolve(self, i: int) -> int:
         while i in self.repl:
@@ -275,7 +291,8 @@ class Canonicalizer:
                 return
             if src["op"] == "Transpose" and src.get("inputs"):
                 m = self.by_id[src["inputs"][0]]
-                found = _split_then_transpose(m, src, n)
+                y = self.by_id.get(m["inputs"][0]) if m["op"] == "Reshape" and m.get("inputs") else None
+                found = _split_then_transpose(m, src, n, y.get("shape") if y else None, self.bound)
                 if found is not None:
                     split = self.new_node("Reshape", [m["id"]], {"new_shape": found[0]}, found[0], m.get("dtype"))
                     n["op"], n["attrs"], n["inputs"] = "Transpose", {"perm": found[1]}, [split]

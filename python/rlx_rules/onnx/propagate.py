@@ -3,8 +3,8 @@ its own shapes (Shape of a tensor whose static shape it computed later) is evalu
 fed become RLX's: OnnxReshape -> Reshape, OnnxExpand -> Expand, OnnxSlice -> Narrow. Shape vectors of a dynamic
 model are propagated too, as symbolic vectors (sizes and dim symbols): a run-time Reshape or Expand target built from
 Shape gathers names the input's own symbols, so its output shape does too (one symbol per dim across the graph), and
-the op becomes RLX's where the graph format can write its target (a Reshape with one symbolic dim as -1, an Expand
-whose symbolic dims keep the input's)."""
+the op becomes RLX's: Reshape and Expand targets are dim lists (sizes and symbols, bound at run time from the
+input's shape)."""
 
 from __future__ import annotations
 
@@ -87,6 +87,8 @@ class Propagator:
         self.by_id = {n["id"]: n for n in nodes}
         self.known: dict[int, np.ndarray] = {}
         self.symbolic: dict[int, np.ndarray] = {}  # integer vectors with dim symbols (object arrays), by node id
+        # the symbols every run binds: the inputs' (other nodes may be rewritten away before a run)
+        self.bound = {d for n in nodes if n["op"] == "Input" for d in n.get("shape") or () if isinstance(d, str)}
 
     def shape(self, i: int):
         return self.by_id[i].get("shape")
@@ -146,10 +148,25 @@ class Propagator:
                     value = args[0]
                 elif op in _STRUCTURAL and not (op == "Gather" and args[1].dtype == object):
                     value = np.asarray(_EVAL[op](at, *args), dtype=object)
+                elif op == "Eq" and len(args) == 2:  # legacy's Where(Eq(shape, -1), 1, shape)
+                    value = _symbolic_eq(*args)
+                elif op == "Where" and len(args) == 3 and args[0].dtype == np.bool_:
+                    value = np.where(args[0], args[1], args[2]).astype(object)
         except (KeyError, IndexError, TypeError, ValueError):
             value = None
-        if value is not None and 0 < value.size <= MAX_VALUE and any(isinstance(d, str) for d in value.reshape(-1)):
+        if value is None or not 0 < value.size <= MAX_VALUE:
+            return
+        if value.dtype == np.bool_:  # a decided comparison of a symbolic vector
+            self.known[n["id"]] = value
+            n["op"], n["attrs"], n["shape"] = "Constant", {"value": value_to_json(value)}, list(value.shape)
+            n.pop("inputs", None)
+        elif any(isinstance(d, str) for d in value.reshape(-1)):
             self.symbolic[n["id"]] = value
+        else:  # the static part of a dynamic shape (a head count): a constant
+            value = value.astype(_INTS.get(n.get("dtype"), np.int64))
+            self.known[n["id"]] = value
+            n["op"], n["attrs"], n["shape"] = "Constant", {"value": value_to_json(value)}, list(value.shape)
+            n.pop("inputs", None)
 
     def name_dims(self, n: dict, dims: list) -> None:
         """Give `n`'s unknown dims the sizes or symbols its target names (-1: not known)."""
@@ -157,6 +174,16 @@ class Propagator:
         merged = merge_shapes(n.get("shape"), got) if len(got) == len(n.get("shape") or got) else None
         if merged is not None:
             n["shape"] = merged
+
+    def writable(self, new: list) -> Optional[list]:
+        """A Reshape target as new_shape: the inputs' symbols as they are, one other symbol as -1 (when there is no
+        -1 yet); None where more than that is left (no run would be sure to bind those symbols)."""
+        other = [k for k, d in enumerate(new) if isinstance(d, str) and d not in self.bound]
+        if not other:
+            return list(new)
+        if len(other) == 1 and -1 not in new:
+            return [-1 if k == other[0] else d for k, d in enumerate(new)]
+        return None
 
     def target(self, i: int) -> Optional[list]:
         """Node `i`'s value as a shape target: a list of sizes and dim symbols, or None where it is not known."""
@@ -169,25 +196,24 @@ class Propagator:
         if op == "OnnxReshape" and len(ins) == 2 and self.target(ins[1]) is not None:
             new = self.target(ins[1])
             if not n.get("attrs", {}).get("allowzero", 0):
-                if 0 in new and not (src is not None and all(k < len(src) and not is_unknown(src[k])
+                if 0 in new and not (src is not None and all(k < len(src) and src[k] is not None
                                                              for k, d in enumerate(new) if d == 0)):
                     return
                 new = [src[k] if d == 0 else d for k, d in enumerate(new)]
             new = _solve_minus_one(src, new)
-            written = _reshape_attr(new)
-            if written is None:  # several run-time dims: the shape is known, the target cannot be written
-                self.name_dims(n, new)
-                return
-            n["op"], n["attrs"], n["inputs"] = "Reshape", {"new_shape": written}, [ins[0]]
+            written = self.writable(new)
             self.name_dims(n, new)
+            if written is None:  # the shape is known; the target names a symbol no run is sure to bind
+                return
+            n["op"], n["attrs"], n["inputs"] = "Reshape", {"new_shape": written}, [ins[0]]  # symbols: a dim_list
         elif op == "OnnxExpand" and len(ins) == 2 and self.target(ins[1]) is not None:
             target = expand_target(src, self.target(ins[1]))
             if target is None:
                 return
             aligned = len(src) == len(target)
+            self.name_dims(n, [src[k] if aligned and d == -1 else d for k, d in enumerate(target)])
             keep = [-1 if aligned and isinstance(d, str) and src[k] == d else d for k, d in enumerate(target)]
-            if any(isinstance(d, str) for d in keep):  # a broadcast to a run-time size: known, not writable
-                self.name_dims(n, [src[k] if aligned and d == -1 else d for k, d in enumerate(target)])
+            if any(isinstance(d, str) and d not in self.bound for d in keep):
                 return
             n["op"], n["attrs"], n["inputs"] = "Expand", {"target_shape": keep}, [ins[0]]
         elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and all(i in self.known for i in ins[1:]) and _static(src):
@@ -212,6 +238,24 @@ class Propagator:
             n["shape"] = merge_shapes(shape, got)
 
 
+def _symbolic_eq(a: np.ndarray, b: np.ndarray) -> Optional[np.ndarray]:
+    """Elementwise a == b over sizes and dim symbols where it is decided: the same symbol is equal, a symbol (a
+    size, never negative) is not a negative number; None where any element is not decided."""
+    out = []
+    xs, ys = (v.reshape(-1) for v in np.broadcast_arrays(a, b))
+    for x, y in zip(xs, ys):
+        if isinstance(x, str) or isinstance(y, str):
+            if x == y:
+                out.append(True)
+            elif (not isinstance(x, str) and x < 0) or (not isinstance(y, str) and y < 0):
+                out.append(False)
+            else:
+                return None
+        else:
+            out.append(int(x) == int(y))
+    return np.array(out, dtype=np.bool_).reshape(np.broadcast_shapes(a.shape, b.shape))
+
+
 def _solve_minus_one(src: Optional[list], new: list) -> list:
     """A Reshape target's -1 as a size where the input's symbols all reappear in the target (they cancel), so the
     -1 is the quotient of the static sizes: [B, S, 16] -> [B, S, -1, 8] has -1 = 2."""
@@ -225,17 +269,6 @@ def _solve_minus_one(src: Optional[list], new: list) -> list:
     if rest <= 0 or have % rest:
         return new
     return [have // rest if d == -1 else d for d in new]
-
-
-def _reshape_attr(new: list) -> Optional[list[int]]:
-    """A Reshape target of sizes and dim symbols as RLX's integer new_shape: one symbol (and no -1) becomes -1;
-    None where the target has several symbols (the graph format's new_shape holds integers only)."""
-    syms = [k for k, d in enumerate(new) if isinstance(d, str)]
-    if not syms:
-        return list(new)
-    if len(syms) == 1 and -1 not in new:
-        return [-1 if k == syms[0] else d for k, d in enumerate(new)]
-    return None
 
 
 def propagate(nodes: list[dict]) -> None:

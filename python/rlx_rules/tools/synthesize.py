@@ -71,7 +71,7 @@ def _default_attr(name: str, spec) -> object:
         return False
     if spec.type == "enum":
         return spec.values[0]
-    if spec.type == "int_list":
+    if spec.type in ("int_list", "dim_list"):
         return []
     if name == "to":
         return "f32"  # a Cast's target dtype

@@ -81,6 +81,8 @@ pub enum AttrType {
     Enum(Vec<String>),
     /// A list of integers.
     IntList,
+    /// A list of dims: integers and symbols (non-empty strings, bound at run time), as in a node's shape.
+    DimList,
     /// Any JSON value (for example a `Constant`'s `value`).
     Any,
 }
@@ -95,6 +97,7 @@ impl AttrType {
             AttrType::String => "string",
             AttrType::Enum(_) => "enum",
             AttrType::IntList => "int_list",
+            AttrType::DimList => "dim_list",
             AttrType::Any => "any",
         }
     }
@@ -112,6 +115,11 @@ impl AttrType {
             AttrType::IntList => value
                 .as_array()
                 .is_some_and(|items| items.iter().all(|x| x.as_i64().is_some())),
+            AttrType::DimList => value.as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .all(|x| x.as_i64().is_some() || x.as_str().is_some_and(|s| !s.is_empty()))
+            }),
             AttrType::Any => true,
         }
     }
@@ -135,6 +143,7 @@ impl fmt::Display for AttrType {
                 Ok(())
             }
             AttrType::IntList => write!(f, "a list of integers"),
+            AttrType::DimList => write!(f, "a list of dims (integers and symbols)"),
             AttrType::Any => write!(f, "any value"),
         }
     }
@@ -429,6 +438,7 @@ fn parse_attr(a: &Value) -> Result<AttrSpec, String> {
         "bool" => AttrType::Bool,
         "string" => AttrType::String,
         "int_list" => AttrType::IntList,
+        "dim_list" => AttrType::DimList,
         "any" => AttrType::Any,
         "enum" => {
             let values = obj
