@@ -185,6 +185,20 @@ class Propagator:
             return [-1 if k == other[0] else d for k, d in enumerate(new)]
         return None
 
+    def name_slice_to_symbol(self, n: dict, src: list, parts: list) -> None:
+        """A slice from 0 to a dim symbol S along a static axis of size D (position ids or a causal table cut to
+        the sequence length) has min(D, S) there: named "Min(D, S)", as torch names it (shapes.broadcast knows
+        that a valid broadcast of it against S is S). It stays OnnxSlice: RLX's Narrow has a static length."""
+        starts, ends = parts[0], parts[1]
+        axes = parts[2] if len(parts) > 2 else list(range(len(starts)))
+        steps = parts[3] if len(parts) > 3 else [1] * len(starts)
+        if len(starts) != 1 or steps != [1] or starts != [0] or not isinstance(ends[0], str):
+            return
+        axis = _axis(int(axes[0]), len(src))
+        if not isinstance(src[axis], int) or src[axis] <= 1:
+            return
+        self.name_dims(n, [f"Min({src[axis]}, {ends[0]})" if k == axis else d for k, d in enumerate(src)])
+
     def target(self, i: int) -> Optional[list]:
         """Node `i`'s value as a shape target: a list of sizes and dim symbols, or None where it is not known."""
         v = self.vector(i)
@@ -216,6 +230,10 @@ class Propagator:
             if any(isinstance(d, str) and d not in self.bound for d in keep):
                 return
             n["op"], n["attrs"], n["inputs"] = "Expand", {"target_shape": keep}, [ins[0]]
+        elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and src is not None and \
+                all(self.target(i) is not None for i in ins[1:]) and not all(i in self.known for i in ins[1:]):
+            self.name_slice_to_symbol(n, src, [self.target(i) for i in ins[1:]])
+            return
         elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and all(i in self.known for i in ins[1:]) and _static(src):
             parts = [[int(v) for v in self.known[i].reshape(-1)] for i in ins[1:]]
             starts, ends = parts[0], parts[1]

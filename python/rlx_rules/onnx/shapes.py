@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import numpy as np
@@ -42,6 +43,16 @@ def is_unknown(d) -> bool:
     return d is None or (isinstance(d, str) and d.startswith("unk"))
 
 
+_MIN = re.compile(r"^Min\((\d+), (.+)\)$")
+
+
+def _clipped_to(d, dims: list) -> bool:
+    """Whether `d` is "Min(D, S)" (D > 1) with S among `dims`: broadcast against S it is S in every valid run (when
+    D < S, D and S differ and neither is 1, so the broadcast fails)."""
+    m = _MIN.match(d) if isinstance(d, str) else None
+    return m is not None and int(m.group(1)) > 1 and m.group(2) in dims
+
+
 def _broadcast_dims(dims: list) -> Optional[object]:
     """One output dim of a broadcast: an integer other than 1 wins (every other dim must be it or 1, unknown ones
     included); else equal symbols; 1 when all are 1; None where it is not known."""
@@ -55,6 +66,9 @@ def _broadcast_dims(dims: list) -> Optional[object]:
         return ints.pop()
     if len(set(rest)) == 1 and rest[0] is not None:  # one name, known or not, is one size
         return rest[0]
+    names = {d for d in rest if not _clipped_to(d, rest)}
+    if len(names) == 1 and not any(is_unknown(d) for d in names):  # S with Min(D, S): S (see _clipped_to)
+        return names.pop()
     if any(is_unknown(d) for d in rest):
         return None
     return rest[0] if len(set(rest)) == 1 else None
