@@ -42,13 +42,22 @@ def _same_shape(a: dict, b: dict) -> bool:
     return _known(a.get("shape")) and a.get("shape") == b.get("shape")
 
 
+def _same_product(a: list, b: list) -> bool:
+    """Whether two lists of dims have the same product: the same symbols and the same product of the sizes."""
+    if not (_known(a) and _known(b)):
+        return False
+    parts = [(sorted(d for d in x if isinstance(d, str)), int(np.prod([d for d in x if isinstance(d, int)],
+                                                                        dtype=np.int64))) for x in (a, b)]
+    return parts[0] == parts[1]
+
+
 def _split_then_transpose(m: dict, t: dict, out: dict, merged_from: Optional[list] = None,
                           bound: frozenset = frozenset()) -> Optional[tuple[list, list[int]]]:
     """For out = Reshape(Transpose(m)) where the Transpose keeps m's first axis first and the Reshape only splits
     that axis into out's leading dims: (the shape that splits m's first axis the same way, the Transpose perm on
     it). Splitting the first axis commutes with permuting the others (row-major), so out = Transpose(Reshape(m)).
     With symbolic dims (a dynamic export: m = Reshape(y) to [-1, S, D]), m's first axis is known to be the product
-    of out's leading dims when m merged exactly those leading dims of y (`merged_from`, y's shape); the split
+    of out's leading dims when m merged y's leading dims of the same product (`merged_from`, y's shape); the split
     then names only symbols every run binds (`bound`)."""
     ms, os_ = m.get("shape"), out.get("shape")
     perm = t.get("attrs", {}).get("perm")
@@ -60,9 +69,10 @@ def _split_then_transpose(m: dict, t: dict, out: dict, merged_from: Optional[lis
     if _static(os_[:j]) and isinstance(ms[0], int):
         if int(np.prod(os_[:j], dtype=np.int64)) != ms[0]:
             return None
-    elif not (merged_from is not None and list(merged_from[:j]) == list(os_[:j]) and
-              list(merged_from[j:]) == list(ms[1:])):
-        return None
+    else:
+        lead = len(merged_from) - (len(ms) - 1) if merged_from is not None else 0
+        if lead < 1 or list(merged_from[lead:]) != list(ms[1:]) or not _same_product(merged_from[:lead], os_[:j]):
+            return None
     split = list(os_[:j]) + list(ms[1:])
     if any(isinstance(d, str) and d not in bound for d in split):
         return None
