@@ -52,23 +52,29 @@ def _xfail_reason(entry: dict):
     return XFAIL.get(stem) or XFAIL.get(entry["family"])
 
 
-# Dynamic mode (no pinning): files where not every layer fuses yet, by family or "family.impl.exporter"; the first
-# match wins ("family.impl.exporter", then "impl.exporter", then "exporter").
+# Dynamic mode (no pinning): files where not every layer fuses yet, by file stem, family or exporter (the first match
+# wins, in that order), with what stops them.
 DYNAMIC_XFAIL: dict[str, str] = {
-    "legacy": "the legacy exporter's hidden-state dims are unk__N (shape inference gives up at the position-embedding "
-              "add), not the inputs' symbols: run-time Reshape targets that name them stay OnnxReshape (no run is "
-              "sure to bind them), and the head-split pattern does not match",
-    "sdpa.dynamo": "SDPA's dynamo export keeps its key-transpose scale and mask as run-time Reshapes of Shape(...) "
-                   "products (B·H): a symbol product cannot be written as a dim",
-    "dynamo": "a run-time Reshape/Slice target the propagation cannot name (symbol arithmetic such as s70*s72, a "
-              "slice to a symbolic length), or a shape guard that needs a static dim",
+    "legacy": "shape inference names dims unk__N where their values come from run-time tables (rotary cos/sin from "
+              "position ids, the padding mask built by Flatten/Gather of index tensors, cross-attention masks): "
+              "the head-split Reshape targets naming them stay OnnxReshape, since only the inputs' symbols may be "
+              "written (no run is sure to bind the others)",
+    "gpt2": "Conv1D projections flatten to [B·S, ·] (a symbol product, s70*s72) and the mask's last dim is "
+            "((s43*s53)//s72): a product or quotient of symbols does not compare with [B, S, ·] in a guard",
+    "bloom": "ALiBi's baddbmm on [B·H, S, ·]: its run-time Reshapes of symbol products stay OnnxReshape",
+    "deberta_v2": "the batched-heads Reshape to [2*s43, S, D] is a symbol product; the relative-position gathers "
+                  "stay OnnxExpand/OnnxSlice",
+    "gpt_neo": "the local-attention causal table sliced to a symbolic length stays OnnxSlice (Narrow's length is "
+               "static), and 5 run-time Reshapes of symbol products stay OnnxReshape",
+    "mpnet": "relative position bias built at run time (bucketed Range/Gather over S): not traced further",
+    "t5": "relative position bias built at run time (bucketed Range/Gather over S): not traced further",
 }
 
 
 def _dynamic_xfail_reason(entry: dict):
     stem = entry["file"][: -len(".onnx")]
-    family, impl, exporter = stem.split(".")
-    return (DYNAMIC_XFAIL.get(stem) or DYNAMIC_XFAIL.get(f"{impl}.{exporter}") or DYNAMIC_XFAIL.get(exporter))
+    exporter = stem.split(".")[-1]
+    return DYNAMIC_XFAIL.get(stem) or DYNAMIC_XFAIL.get(entry["family"]) or DYNAMIC_XFAIL.get(exporter)
 
 
 @pytest.fixture(scope="module")
