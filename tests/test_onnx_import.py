@@ -90,6 +90,39 @@ def test_unknown_dims_get_symbols_and_constants_fold():
     assert [n["op"] for n in data["nodes"]] == ["Input", "Reshape"]  # the folded chain is gone
 
 
+def test_dynamic_reshape_target_names_the_input_symbols_and_runs():
+    """Without pinning, Shape→Gather→Unsqueeze→Concat resolves to a symbolic target: Reshape {new_shape: [batch, seq,
+    2, 8]} (legacy's [B, S, -1, 8], the -1 solved), which the interpreter runs by binding batch and seq from the
+    input, and which exports back to ONNX (Shape gathers of the input) with ONNX Runtime's values."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["d1"], axis=0),
+             helper.make_node("Unsqueeze", ["d0", "ax0"], ["d0v"]),
+             helper.make_node("Unsqueeze", ["d1", "ax0"], ["d1v"]),
+             helper.make_node("Concat", ["d0v", "d1v", "rest"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")]
+    inits = [numpy_helper.from_array(np.array(0, dtype=np.int64), "i0"),
+             numpy_helper.from_array(np.array(1, dtype=np.int64), "i1"),
+             numpy_helper.from_array(np.array([0], dtype=np.int64), "ax0"),
+             numpy_helper.from_array(np.array([-1, 8], dtype=np.int64), "rest")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    result = convert(_model(nodes, [x], [y], inits, opset=17))
+    r = next(n for n in result.graph["nodes"] if n.get("name") == "r")
+    assert r["op"] == "Reshape" and r["attrs"] == {"new_shape": ["batch", "seq", 2, 8]}
+    assert r["shape"] == ["batch", "seq", 2, 8]
+    import rlx_rules
+    from rlx_rules.onnx.export import to_onnx
+    graph = Graph.from_dict(result.graph)
+    xv = np.arange(3 * 5 * 16, dtype=np.float32).reshape(3, 5, 16)
+    (got,) = rlx_rules.run(graph, {"x": xv}, result.weights)
+    np.testing.assert_array_equal(got, xv.reshape(3, 5, 2, 8))
+    ort = pytest.importorskip("onnxruntime")
+    model = to_onnx(graph, result.weights)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {sess.get_inputs()[0].name: xv})[0], xv.reshape(3, 5, 2, 8))
+
+
 def test_split_becomes_narrows_and_slice_a_narrow():
     nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=2, name="qkv"),
              helper.make_node("Slice", ["c", "st", "en", "ax"], ["d"], name="half"),

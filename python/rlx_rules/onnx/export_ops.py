@@ -89,9 +89,29 @@ def emit_lora(b, n, ins):
     return b.op("Add", [base, b.op("Mul", [low, scale], label(n))], label(n))
 
 
+def dims_tensor(b, n, dims: list, hint: str) -> str:
+    """A dim list (sizes and symbols) as an int64 tensor: a constant, or, with symbols, a Concat of the sizes and
+    of Shape(input)[k] for each symbol, read from a graph input that has it (an imported dynamic model's
+    Reshape and Expand targets)."""
+    if all(not isinstance(d, str) for d in dims):
+        return b.ints([int(d) for d in dims], hint)
+    parts = []
+    for d in dims:
+        if not isinstance(d, str):
+            parts.append(b.ints([int(d)], hint))
+            continue
+        src = next(((m.id, m.shape.index(d)) for m in b.graph.nodes
+                    if m.op == "Input" and m.shape is not None and d in m.shape and m.id in b.names), None)
+        if src is None:
+            raise ExportError(f"{node_label(n)}: {hint} names the symbol {d!r}, which no graph input's shape has")
+        shape = b.op("Shape", [b.names[src[0]]], label(n))
+        parts.append(b.op("Gather", [shape, b.ints([src[1]], "axis")], label(n), axis=0))
+    return b.op("Concat", parts, label(n), axis=0)
+
+
 def emit_reshape(b, n, ins):
-    shape = [int(d) for d in n.attrs["new_shape"]]
-    return b.op("Reshape", [ins[0], b.ints(shape, "shape")], label(n), allowzero=1 if 0 in shape else None)
+    shape = list(n.attrs["new_shape"])
+    return b.op("Reshape", [ins[0], dims_tensor(b, n, shape, "shape")], label(n), allowzero=1 if 0 in shape else None)
 
 
 def emit_narrow(b, n, ins):
@@ -107,8 +127,8 @@ def emit_slice(b, n, ins):
 
 
 def emit_expand(b, n, ins):
-    target = [1 if int(d) == -1 else int(d) for d in n.attrs["target_shape"]]  # ONNX keeps the input's dim at 1
-    return b.op("Expand", [ins[0], b.ints(target, "shape")], label(n))
+    target = [1 if d == -1 else d for d in n.attrs["target_shape"]]  # ONNX keeps the input's dim at 1
+    return b.op("Expand", [ins[0], dims_tensor(b, n, target, "shape")], label(n))
 
 
 def emit_gather(b, n, ins):
