@@ -349,12 +349,21 @@ fn attribute_types_are_checked() {
         assert_err(&attention(&attrs), GraphErrorKind::AttrType, needle);
     }
     let narrow = format!(
-        r#"{X}, {{"id": 1, "op": "Reshape", "inputs": [0], "attrs": {{"new_shape": [1, "b"]}}}}"#
+        r#"{X}, {{"id": 1, "op": "Transpose", "inputs": [0], "attrs": {{"perm": [1, "b"]}}}}"#
     );
     assert_err(
         &doc(&narrow, "1"),
         GraphErrorKind::AttrType,
         "must be a list of integers, found [1,\"b\"]",
+    );
+    // A dim list takes sizes and symbols, nothing else.
+    let reshape = format!(
+        r#"{X}, {{"id": 1, "op": "Reshape", "inputs": [0], "attrs": {{"new_shape": [1, 2.5]}}}}"#
+    );
+    assert_err(
+        &doc(&reshape, "1"),
+        GraphErrorKind::AttrType,
+        "must be a list of dims (integers and symbols), found [1,2.5]",
     );
     let swiglu = format!(
         r#"{X}, {{"id": 1, "op": "FusedSwiGLU", "inputs": [0], "attrs": {{"gate_first": 1}}}}"#
