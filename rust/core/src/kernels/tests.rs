@@ -243,7 +243,9 @@ fn ref_attention(c: &AttnCase, q: &[f32], k: &[f32], v: &[f32], keep: &[f32], bi
             let krow = |t: &[f32], j: usize| -> Vec<f64> { t[(bi * c.sk + j) * hkv + g * c.d..][..c.d].iter().map(|&x| x as f64).collect() };
             for qi in 0..c.sq {
                 let mut qr: Vec<f64> = q[(bi * c.sq + qi) * h + hd * c.d..][..c.d].iter().map(|&x| x as f64).collect();
-                rot(&mut qr, qi + c.sk - c.sq);
+                if rope.is_some() {
+                    rot(&mut qr, qi + c.sk - c.sq); // RoPE needs Sq <= Sk (the binding refuses it otherwise)
+                }
                 let masked = if c.zero_rows { f64::NEG_INFINITY } else { -1e9 };
                 let scores: Vec<f64> = (0..c.sk)
                     .map(|ki| {
