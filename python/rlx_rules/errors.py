@@ -2,7 +2,8 @@
 
 The classes raised by the Rust core are created there (rust/python/src/errors.rs) and re-exported here,
 so Python and Rust share one hierarchy; each carries `.kind`, a stable name of the cause (docs/errors.md).
-`RuleError` and `OnnxImportError` are raised by Python only and derive from the same base.
+The classes raised by Python only (`RuleError`, `OnnxImportError`, `ExportError`, `WriteError` and
+`OutputRefused`, `UnsupportedOpError`) are defined here, once, and derive from the same base.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
     from .lang.ast import Loc
 
 __all__ = [
-    "ApplyError", "Diagnostic", "GraphError", "KernelError", "OnnxImportError", "OutputError", "ParamError",
-    "ProgramError", "RlxRulesError", "RuleError",
+    "ApplyError", "Diagnostic", "ExportError", "GraphError", "KernelError", "OnnxImportError", "OutputError",
+    "OutputRefused", "ParamError", "ProgramError", "RlxRulesError", "RuleError", "UnsupportedOpError", "WriteError",
 ]
 
 
@@ -65,3 +66,23 @@ class RuleError(RlxRulesError):
 
 class OnnxImportError(RlxRulesError):
     """An ONNX model could not be imported faithfully: subgraphs, missing external data, unknown domain or opset."""
+
+
+class ExportError(RlxRulesError):
+    """A graph could not be exported faithfully: an op (named with its node) has no exact ONNX mapping."""
+
+
+# A write error is an OutputError (an OSError) and a GraphError, which is what graph writers raised before.
+_WRITE_BASES = (OutputError,) if issubclass(OutputError, GraphError) else (OutputError, GraphError)
+
+
+class WriteError(*_WRITE_BASES):  # type: ignore[misc]
+    """An output file could not be written (the message says why); nothing was left half-written."""
+
+
+class OutputRefused(WriteError):
+    """The output path is not one rlx-rules writes to: not a regular file, a symlink, or one of the inputs."""
+
+
+class UnsupportedOpError(GraphError, NotImplementedError):
+    """The interpreter has no semantics for a node's op (or for one of its attribute values)."""

@@ -4,8 +4,8 @@ Every writer of the package (graph.json through `Graph.write`, the importer's we
 --dot/--svg`) goes through `atomic_write` or `atomic_output`. A target is refused, before anything is
 written, when it is not a regular file (a directory, FIFO, socket or device), when it is a symbolic link
 (unless `follow_symlinks=True`), or when it is the same file (st_dev, st_ino) as one of the `inputs` the
-caller read: `OutputRefused`. A write that fails is a `WriteError`. Both are `rlx_rules.errors.OutputError`
-(an OSError) where errors.py defines it, and `GraphError` too, which is what graph writers raised before,
+caller read: `OutputRefused`. A write that fails is a `WriteError`. Both are defined in errors.py, and are
+`rlx_rules.errors.OutputError` (an OSError) and `GraphError` too, which is what graph writers raised before,
 so code catching either keeps working. Messages start with "cannot write PATH: ".
 """
 
@@ -16,21 +16,9 @@ import os
 import stat
 from typing import Iterable, Iterator, Optional, Union
 
-from . import errors
+from .errors import OutputRefused, WriteError
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-_OUTPUT_ERROR = getattr(errors, "OutputError", errors.GraphError)  # see the module docstring
-_BASES = (_OUTPUT_ERROR,) if issubclass(_OUTPUT_ERROR, errors.GraphError) else (_OUTPUT_ERROR, errors.GraphError)
-
-
-class WriteError(*_BASES):  # type: ignore[misc]
-    """An output file could not be written (the message says why); nothing was left half-written."""
-
-
-class OutputRefused(WriteError):
-    """The output path is not one rlx-rules writes to: not a regular file, a symlink, or one of the inputs."""
-
 
 def _kind(mode: int) -> Optional[str]:
     """What a non-regular file is, in words; None for a regular file."""

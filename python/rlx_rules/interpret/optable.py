@@ -6,13 +6,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import GraphError
+from ..errors import GraphError, UnsupportedOpError
 from ..graph import Node
 from .numerics import feature_axis
-
-
-class UnsupportedOpError(GraphError, NotImplementedError):
-    """The interpreter has no semantics for a node's op (or for one of its attribute values)."""
 
 
 OpFn = Callable[..., np.ndarray]  # fn(interpreter, node, args) -> value

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from ..errors import RlxRulesError
+from ..errors import ExportError
 
 MS_DOMAIN = "com.microsoft"
 
@@ -21,10 +21,6 @@ NP_TYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i8": np.in
             "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
             "u64": np.uint64, "bool": np.bool_}
 
-
-
-class ExportError(RlxRulesError):
-    """A graph could not be exported faithfully: an op (named with its node) has no exact ONNX mapping."""
 
 
 def node_label(node) -> str:
