@@ -137,6 +137,12 @@ class Propagator:
         and the structural ops over such vectors (gathers, concatenations, slices, integer casts)."""
         op, ins, at = n["op"], n.get("inputs", []), n.get("attrs", {})
         value = None
+        if op == "Range" and len(ins) == 3 and ins[1] in self.symbolic:  # Range(0, S, 1): S positions
+            bounds = [self.vector(i) for i in ins]
+            if all(b is not None and b.size == 1 for b in bounds) and \
+                    [bounds[0].reshape(-1)[0], bounds[2].reshape(-1)[0]] == [0, 1]:
+                self.name_dims(n, [bounds[1].reshape(-1)[0]])
+            return
         try:
             if op == "Shape" and ins:
                 dims = self.shape(ins[0])
@@ -234,7 +240,7 @@ class Propagator:
                 all(self.target(i) is not None for i in ins[1:]) and not all(i in self.known for i in ins[1:]):
             self.name_slice_to_symbol(n, src, [self.target(i) for i in ins[1:]])
             return
-        elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and all(i in self.known for i in ins[1:]) and _static(src):
+        elif op == "OnnxSlice" and len(ins) in (3, 4, 5) and all(i in self.known for i in ins[1:]) and src is not None:
             parts = [[int(v) for v in self.known[i].reshape(-1)] for i in ins[1:]]
             starts, ends = parts[0], parts[1]
             axes = parts[2] if len(parts) > 2 else list(range(len(starts)))
@@ -243,6 +249,8 @@ class Propagator:
                 return
             axis = _axis(axes[0], len(src))
             dim = src[axis]
+            if not isinstance(dim, int):  # only the sliced axis needs a static size
+                return
             s = max(0, min(dim, starts[0] + dim if starts[0] < 0 else starts[0]))
             e = max(0, min(dim, ends[0] + dim if ends[0] < 0 else ends[0]))
             n["op"], n["attrs"], n["inputs"] = "Narrow", {"axis": axis, "start": s, "len": max(0, e - s)}, [ins[0]]
