@@ -55,10 +55,6 @@ def _xfail_reason(entry: dict):
 # Dynamic mode (no pinning): files where not every layer fuses yet, by file stem, family or exporter (the first match
 # wins, in that order), with what stops them.
 DYNAMIC_XFAIL: dict[str, str] = {
-    "legacy": "shape inference names dims unk__N where their values come from run-time tables (rotary cos/sin from "
-              "position ids, the padding mask built by Flatten/Gather of index tensors, cross-attention masks): "
-              "the head-split Reshape targets naming them stay OnnxReshape, since only the inputs' symbols may be "
-              "written (no run is sure to bind the others)",
     "gpt2": "Conv1D projections flatten to [B·S, ·] (a symbol product, s70*s72) and the mask's last dim is "
             "((s43*s53)//s72): a product or quotient of symbols does not compare with [B, S, ·] in a guard",
     "bloom": "ALiBi's baddbmm on [B·H, S, ·]: its run-time Reshapes of symbol products stay OnnxReshape",
@@ -66,6 +62,10 @@ DYNAMIC_XFAIL: dict[str, str] = {
                   "stay OnnxExpand/OnnxSlice",
     "gpt_neo": "the local-attention causal table sliced to a symbolic length stays OnnxSlice (Narrow's length is "
                "static), and 5 run-time Reshapes of symbol products stay OnnxReshape",
+    "gptj": "the interleaved rotary's strided slices (step 2) stay OnnxSlice with unk__N dims",
+    "opt": "the batch dim of OPT's positions (a cumsum of the attention mask) is unk__N, so the head-split Reshape "
+           "targets naming it stay OnnxReshape (only the inputs' symbols are written)",
+    "falcon.sdpa.legacy": "the score scale does not sit after the score MatMul in this export: not traced further",
     "mpnet": "relative position bias built at run time (bucketed Range/Gather over S): not traced further",
     "t5": "relative position bias built at run time (bucketed Range/Gather over S): not traced further",
 }
