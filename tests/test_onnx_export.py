@@ -142,6 +142,41 @@ def test_attention_scale_layouts_and_grouped_query():
     check(attention_graph("Causal", layout="bhsd", heads=4))
 
 
+def dims_at(dims, sizes):
+    return None if dims is None else [sizes.get(d, d) for d in dims]
+
+
+@pytest.mark.parametrize("kind,mask_shape,same_len,extra", [
+    ("None", None, False, {}), ("Causal", None, True, {}), ("Causal", None, False, {}),
+    ("SlidingWindow", None, True, {"window": 2}), ("Causal", None, False, {"heads": 4, "kv_heads": 2}),
+    ("Custom", ["B", "T"], False, {}), ("Custom", ["B", "S", "T"], False, {}),
+    ("Custom", ["B", 1, "S", "T"], False, {"masked_rows": "zero"}), ("Custom", ["B", 2, "S", "T"], False, {}),
+    ("Custom", ["B", "T"], False, {"masked_rows": "zero", "layout": "bshd", "heads": 4, "kv_heads": 2}),
+    ("Bias", ["B", 2, "S", "T"], False, {"masked_rows": "zero"})])
+def test_attention_with_symbolic_batch_and_lengths(kind, mask_shape, same_len, extra):
+    """One export with symbolic B, S, T, run at two sizes against the interpreter on the same graph made static:
+    the causal bias, the mask broadcast and the grouped-query repeat are built from Shape at run time."""
+    sym = {"B": "B", "S": "S", "T": "S" if same_len else "T"}
+    dtype = "f32" if kind == "Bias" else "bool"
+    model = to_onnx(rlx_rules.load_graph(attention_graph(
+        kind, b="B", sq="S", sk=sym["T"], mask_shape=dims_at(mask_shape, sym), mask_dtype=dtype, **extra)), {})
+    onnx.checker.check_model(model)
+    assert [d.dim_param for d in model.graph.input[0].type.tensor_type.shape.dim][:1] == ["B"]
+    for b, sq, sk in [(2, 5, 5), (3, 4, 7)] if not same_len else [(2, 5, 5), (3, 7, 7)]:
+        sizes = {"B": b, "S": sq, "T": sk}
+        graph = rlx_rules.load_graph(attention_graph(kind, b=b, sq=sq, sk=sk, mask_shape=dims_at(mask_shape, sizes),
+                                                     mask_dtype=dtype, **extra))
+        rand_in = random_values(graph, seed=0, scale=0.5)[0]
+        if mask_shape is not None:
+            keep = keep_mask(dims_at(mask_shape, sizes))  # with a fully masked row
+            rand_in["mask"] = keep if kind == "Custom" else np.where(keep, rand_in["mask"], -np.inf)
+        feed = as_feed(graph, rand_in)
+        want = rlx_rules.run(graph, {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feed.items()},
+                             {})
+        (got,) = ort_run(model, feed)
+        np.testing.assert_allclose(np.asarray(got, np.float64), want[0], atol=ATOL, rtol=1e-4)
+
+
 def test_attention_without_a_faithful_mapping_is_an_export_error():
     graph = rlx_rules.load_graph(attention_graph("None", attn_logit_softcap=30.0))
     with pytest.raises(ExportError, match=r"node 3 .*soft-cap"):
@@ -401,6 +436,27 @@ def test_corpus_exports_runs_and_matches(entry, tmp_path):
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a, b, atol=ATOL, rtol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("stem", ["bert.eager.legacy", "llama.sdpa.dynamo", "falcon.sdpa.dynamo"])
+def test_optimize_keeps_a_dynamic_model_dynamic(stem, tmp_path):
+    """optimize without --input-shape on an encoder, a decoder and a grouped-query decoder with symbolic batch and
+    sequence: attention fuses, the dims stay symbolic, and it matches the recorded outputs at two batch sizes."""
+    if not (CORPUS / f"{stem}.onnx").exists():
+        pytest.skip(f"{stem}.onnx is not in the corpus")
+    out = tmp_path / f"{stem}.fused.onnx"
+    model, _ = optimize_onnx(str(CORPUS / f"{stem}.onnx"), str(out))
+    onnx.checker.check_model(model)
+    assert ("com.microsoft", "MultiHeadAttention") in ops_of(model)
+    for i in model.graph.input:
+        assert all(d.dim_param for d in i.type.tensor_type.shape.dim[:2]), i
+    feed = dict(np.load(CORPUS / f"{stem}.inputs.npz"))
+    expected = list(np.load(CORPUS / f"{stem}.expected.npz").values())
+    for rows in (None, 2):  # the recorded batch, then its first two rows (every row is its own sequence)
+        got = ort_run(out, {k: v[:rows] for k, v in feed.items()})
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b[:rows], atol=ATOL, rtol=1e-4, equal_nan=True)
 
 
 # ---- files and the command line -------------------------------------------------------------------------------------

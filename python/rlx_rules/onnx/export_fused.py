@@ -145,14 +145,36 @@ def emit_matmul_bias_act(b, n, ins):
 
 
 # ---- attention ----------------------------------------------------------------------------------------------------
-def mask4(b: Builder, n, x: str, mask_id: int, hint: str) -> tuple[str, list[int]]:
-    """A [B, Sk], [B, Sq, Sk] or [B, H, Sq, Sk] mask as rank 4 (RLX's broadcasting), with its dims."""
-    ms = b.static_shape(mask_id, "its mask", n)
-    four = [ms[0], 1, 1, ms[1]] if len(ms) == 2 else [ms[0], 1, ms[1], ms[2]] if len(ms) == 3 else \
-        list(ms) if len(ms) == 4 else None
-    if four is None:
+def unsqueeze(b: Builder, x: str, axes: list[int], hint: str) -> str:
+    return b.op("Unsqueeze", [x, b.ints(axes, "axes")], hint) if b.opset >= 13 else \
+        b.op("Unsqueeze", [x], hint, axes=axes)
+
+
+def mask4(b: Builder, n, x: str, mask_id: int, hint: str) -> tuple[str, list]:
+    """A [B, Sk], [B, Sq, Sk] or [B, H, Sq, Sk] mask as rank 4 (RLX's broadcasting), with its dims (sizes or
+    symbols); by Unsqueeze, so symbolic dims need no shape arithmetic."""
+    ms = b.shape(mask_id)
+    if ms is None:
+        raise ExportError(f"{node_label(n)}: its mask (node {mask_id}) has no known rank")
+    if len(ms) == 4:
+        return x, list(ms)
+    if len(ms) not in (2, 3):
         raise ExportError(f"{node_label(n)}: a mask of rank {len(ms)} has no ONNX mapping (RLX takes 2 to 4)")
-    return (x if four == list(ms) else b.op("Reshape", [x, b.ints(four, "shape")], hint)), four
+    four = [ms[0], 1, 1, ms[1]] if len(ms) == 2 else [ms[0], 1, ms[1], ms[2]]
+    return unsqueeze(b, x, [1, 2] if len(ms) == 2 else [1], hint), four
+
+
+def seq_len(b: Builder, x: str, hint: str, scalar: bool = False) -> str:
+    """Run-time length of axis 1 of x ([B, S, …]): a [1] tensor, or a scalar."""
+    key = ("seq_len", x, scalar)
+    if key not in b.cache:
+        idx = b.const(np.asarray(1, dtype=np.int64), "one_scalar") if scalar else b.ints([1], "axis")
+        b.cache[key] = b.op("Gather", [b.op("Shape", [x], hint), idx], hint, axis=0)
+    return b.cache[key]
+
+
+def static(*dims) -> bool:
+    return all(isinstance(d, int) for d in dims)
 
 
 def keep_of(b: Builder, mask: str, mask_id: int, kind: str, hint: str) -> str:
@@ -165,9 +187,11 @@ def keep_of(b: Builder, mask: str, mask_id: int, kind: str, hint: str) -> str:
     return b.op("Not", [b.op("Less", [mask, half], hint)], hint)
 
 
-def mask_bias(b: Builder, n, mask: str, mask_id: int, kind: str, sq: int, sk: int, dtype, zero_rows=False) -> str:
+def mask_bias(b: Builder, n, mask: str, mask_id: int, kind: str, sq, sk, dtype, zero_rows=False,
+              q: Optional[str] = None, k: Optional[str] = None) -> str:
     """The keep mask (Custom) or additive bias (Bias) as an additive [m0, m1, Sq, Sk] float bias, as ONNX
-    Runtime's attention_bias wants it (shared by every attention reading the same mask)."""
+    Runtime's attention_bias wants it (shared by every attention reading the same mask). With a symbolic Sq or
+    Sk, the broadcast target is read at run time from axis 1 of q and k ([B, S, H·D])."""
     key = ("mask_bias", mask_id, kind, sq, sk, np.dtype(dtype).str, zero_rows)
     if key in b.cache:
         return b.cache[key]
@@ -183,19 +207,43 @@ def mask_bias(b: Builder, n, mask: str, mask_id: int, kind: str, sq: int, sk: in
             bias = b.op("Max", [bias, low], hint)
     bias, four = mask4(b, n, bias, mask_id, hint)
     target = [four[0], four[1], sq, sk]
-    if target != four:
+    if target != four and static(*target):
         bias = b.op("Expand", [bias, b.ints(target, "shape")], hint)
+    elif target != four:  # Expand broadcasts: [1, 1, Sq, Sk] keeps the mask's own batch and head dims
+        if q is None or k is None:
+            raise ExportError(f"{node_label(n)}: a mask broadcast to symbolic lengths {sq}, {sk} needs q and k")
+        bias = b.op("Expand", [bias, b.op("Concat", [b.ints([1, 1], "shape"), seq_len(b, q, hint),
+                                                      seq_len(b, k, hint)], hint, axis=0)], hint)
     b.cache[key] = bias
     return bias
 
 
-def causal_bias(b: Builder, sq: int, sk: int, window: Optional[int], dtype) -> str:
-    qpos = np.arange(sq)[:, None] + (sk - sq)
-    kpos = np.arange(sk)[None, :]
-    masked = kpos > qpos
+def causal_bias(b: Builder, sq, sk, window: Optional[int], dtype, q: str, k: str, hint: str) -> str:
+    """RLX's causal (or sliding-window) mask as a [1, 1, Sq, Sk] additive bias, query i at key position
+    i + Sk - Sq: a constant for static lengths, else built at run time from axis 1 of q and k."""
+    if static(sq, sk):
+        qpos = np.arange(sq)[:, None] + (sk - sq)
+        kpos = np.arange(sk)[None, :]
+        masked = kpos > qpos
+        if window is not None:
+            masked |= kpos < qpos - window
+        return b.const(np.where(masked, MASK_BIAS, 0).astype(dtype)[None, None], "causal_bias")
+    key = ("causal_bias", q, k, window, np.dtype(dtype).str)
+    if key in b.cache:
+        return b.cache[key]
+    n_q, n_k = seq_len(b, q, hint, scalar=True), seq_len(b, k, hint, scalar=True)
+    zero, one = b.const(np.asarray(0, dtype=np.int64), "zero_i"), b.const(np.asarray(1, dtype=np.int64), "one_i")
+    qpos = unsqueeze(b, b.op("Add", [b.op("Range", [zero, n_q, one], hint), b.op("Sub", [n_k, n_q], hint)], hint),
+                     [1], hint)
+    kpos = b.op("Range", [zero, n_k, one], hint)
+    masked = b.op("Greater", [kpos, qpos], hint)
     if window is not None:
-        masked |= kpos < qpos - window
-    return b.const(np.where(masked, MASK_BIAS, 0).astype(dtype)[None, None], "causal_bias")
+        below = b.op("Sub", [qpos, b.const(np.asarray(window, dtype=np.int64), "window")], hint)
+        masked = b.op("Or", [masked, b.op("Less", [kpos, below], hint)], hint)
+    bias = b.op("Where", [masked, b.const(np.asarray(MASK_BIAS, dtype=dtype), "low"),
+                          b.const(np.asarray(0, dtype=dtype), "zero")], hint)
+    b.cache[key] = unsqueeze(b, bias, [0, 1], hint)
+    return b.cache[key]
 
 
 def layout_of(shape, heads: int, hd: int, at) -> str:
@@ -255,10 +303,8 @@ def attention_core(b: Builder, n, q: str, k: str, v: str, sq, sk, kv_width, mask
     inputs = [q, k, v]
     extra = {}
     if kind in ("Custom", "Bias") or (kind in ("Causal", "SlidingWindow") and (sq != sk or kind != "Causal")):
-        if not (isinstance(sq, int) and isinstance(sk, int)):
-            raise ExportError(f"{node_label(n)}: mask kind {kind} needs static query and key lengths")
-        bias = mask_bias(b, n, mask, mask_id, kind, sq, sk, dtype, zero_rows) if kind in ("Custom", "Bias") else \
-            causal_bias(b, sq, sk, window if kind == "SlidingWindow" else None, dtype)
+        bias = mask_bias(b, n, mask, mask_id, kind, sq, sk, dtype, zero_rows, q, k) if kind in ("Custom", "Bias") \
+            else causal_bias(b, sq, sk, window if kind == "SlidingWindow" else None, dtype, q, k, hint)
         inputs += ["", "", bias]
     elif kind == "Causal":
         extra["unidirectional"] = 1
