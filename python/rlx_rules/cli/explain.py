@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import (ExitCode, add_graph_limit_options, add_rule_limit_option, add_set_option, int_in, load_graph_arg,
-               parse_sets)
+from . import (ExitCode, add_cache_option, add_graph_limit_options, add_rule_limit_option, add_set_option, int_in,
+               load_graph_arg, parse_sets)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..api import load_rules
     from ..tools.explain import format_miss
 
-    rules = load_rules(*args.rules, params=parse_sets(args.set), max_rule_bytes=args.max_rule_bytes)
+    rules = load_rules(*args.rules, params=parse_sets(args.set), max_rule_bytes=args.max_rule_bytes,
+                       cache=args.cache)
     graph = load_graph_arg(args)
     records = rules.explain(graph, rule=args.rule, node=args.node, all=args.all)
     if args.json:
@@ -44,5 +45,6 @@ def add_command(subparsers) -> None:
     add_set_option(e)
     add_graph_limit_options(e)
     add_rule_limit_option(e)
+    add_cache_option(e)
     e.add_argument("--json", action="store_true", help="print the records as JSON")
     e.set_defaults(run=run)

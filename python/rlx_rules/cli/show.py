@@ -8,8 +8,8 @@ import sys
 
 from ..safe_write import WriteError, atomic_write
 from ..tools.show import DotMissing, fused_ids, neighbourhood, render_svg, summary, to_dot
-from . import (ExitCode, add_graph_limit_options, add_rule_limit_option, add_set_option, fail, int_in, load_graph_arg,
-               parse_sets)
+from . import (ExitCode, add_cache_option, add_graph_limit_options, add_rule_limit_option, add_set_option, fail,
+               int_in, load_graph_arg, parse_sets)
 
 SHOW_EXAMPLES = """\
 examples:
@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if args.rules is not None:
         from ..api import load_rules
 
-        rules = load_rules(*args.rules, params=parse_sets(args.set), max_rule_bytes=args.max_rule_bytes)
+        rules = load_rules(*args.rules, params=parse_sets(args.set), max_rule_bytes=args.max_rule_bytes,
+                           cache=args.cache)
         after, _report = rules.apply(before)
     if args.node is not None:
         part = neighbourhood(before, args.node, args.radius)  # a GraphError for an unknown id
@@ -78,4 +79,5 @@ def add_command(subparsers) -> None:
     p.add_argument("--svg", metavar="FILE", help="write the drawing as SVG (needs Graphviz's dot)")
     add_graph_limit_options(p)
     add_rule_limit_option(p)
+    add_cache_option(p)
     p.set_defaults(run=run)
