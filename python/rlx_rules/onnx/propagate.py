@@ -20,6 +20,19 @@ MAX_VALUE = 64  # the most elements a propagated constant may have (shape vector
 
 _INTS = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16,
          "u32": np.uint32, "u64": np.uint64, "bool": np.bool_}
+# float scalars (a score scale computed at run time from a static head dim: Sqrt(Cast(D)), 1/that): IEEE ops on the
+# node's own dtype, as ONNX Runtime computes them
+_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+_FLOAT_OPS = ("Constant", "Cast", "Sqrt", "Div", "Mul", "Add", "Sub", "Neg")
+
+
+def _cast(at, a):
+    to = at["to"]
+    return a.astype(_INTS[to] if to in _INTS else _FLOATS[to])  # KeyError for other targets
+
+
+def _divide(at, a, b):
+    return a / b if a.dtype.kind == "f" and b.dtype.kind == "f" else _div(at, a, b)
 
 
 def _static(shape) -> bool:
@@ -62,19 +75,22 @@ _EVAL: dict[str, Callable] = {
     "Add": lambda at, a, b: a + b,
     "Sub": lambda at, a, b: a - b,
     "Mul": lambda at, a, b: a * b,
-    "Div": _div,
+    "Div": _divide,
     "Neg": lambda at, a: -a,
-    "Cast": lambda at, a: a.astype(_INTS[at["to"]]),  # integer and bool targets only (KeyError otherwise)
+    "Sqrt": lambda at, a: np.sqrt(a) if a.dtype.kind == "f" else None,
+    "Cast": _cast,
     "Max": lambda at, a, b: np.maximum(a, b),
     "Min": lambda at, a, b: np.minimum(a, b),
 }
 
 
 def _value(n: dict) -> Optional[np.ndarray]:
-    """An integer or bool inline Constant's value, with its declared shape."""
-    dtype = _INTS.get(n.get("dtype"))
+    """An integer or bool inline Constant's value, or a one-element float one's, with its declared shape."""
+    dtype = _INTS.get(n.get("dtype")) or _FLOATS.get(n.get("dtype"))
     value = n.get("attrs", {}).get("value")
     if dtype is None or value is None or not _static(n.get("shape")):
+        return None
+    if n["dtype"] in _FLOATS and int(np.prod(n["shape"], dtype=np.int64)) != 1:
         return None
     arr = np.asarray(value, dtype=dtype)
     shape = n["shape"]
@@ -119,7 +135,10 @@ class Propagator:
                 value = np.asarray(_EVAL[op](n.get("attrs", {}), *[self.known[i] for i in ins]))
         except (KeyError, IndexError, TypeError, ValueError):
             value = None
-        if value is not None and value.size <= MAX_VALUE and (value.dtype.kind in "iub"):
+        if value is not None and (value.dtype.kind == "f" and (op not in _FLOAT_OPS or value.size != 1
+                                                                or value.dtype != _FLOATS.get(n.get("dtype")))):
+            value = None
+        if value is not None and value.size <= MAX_VALUE and (value.dtype.kind in "iubf"):
             self.known[n["id"]] = value
             if op != "Constant":
                 n["op"], n["attrs"], n["shape"] = "Constant", {"value": value_to_json(value)}, list(value.shape)
