@@ -65,8 +65,6 @@ DYNAMIC_XFAIL: dict[str, str] = {
     "gptj": "the interleaved rotary's strided slices (step 2) stay OnnxSlice with unk__N dims",
     "opt": "the batch dim of OPT's positions (a cumsum of the attention mask) is unk__N, so the head-split Reshape "
            "targets naming it stay OnnxReshape (only the inputs' symbols are written)",
-    "mpnet": "relative position bias built at run time (bucketed Range/Gather over S): not traced further",
-    "t5": "relative position bias built at run time (bucketed Range/Gather over S): not traced further",
 }
 
 

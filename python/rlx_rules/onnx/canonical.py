@@ -207,11 +207,13 @@ class Canonicalizer:
                 if not self.is_scores(sc) or self.is_scores(b1):
                     continue
                 s1, s2 = self.by_id[b1].get("shape"), self.by_id[b2].get("shape")
-                if not (_static(s1) and _static(s2)):
+                if not (_known(s1) and _known(s2)):  # sizes, or dim symbols (a dynamic export)
                     return
                 try:
                     shape = broadcast([s1, s2])
                 except ValueError:
+                    return
+                if not _known(shape):
                     return
                 bias = self.new_node("Add", [b1, b2], {}, shape, n.get("dtype"))
                 n["inputs"] = [sc, bias]

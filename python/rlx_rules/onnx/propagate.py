@@ -162,6 +162,9 @@ class Propagator:
                     [bounds[0].reshape(-1)[0], bounds[2].reshape(-1)[0]] == [0, 1]:
                 self.name_dims(n, [bounds[1].reshape(-1)[0]])
             return
+        if op == "ConstantOfShape" and len(ins) == 1 and ins[0] in self.symbolic:  # a fill shaped like a tensor
+            self.name_dims(n, self.target(ins[0]))
+            return
         try:
             if op == "Shape" and ins:
                 dims = self.shape(ins[0])
