@@ -86,6 +86,38 @@ fn integers_past_64_bits_are_refused_with_their_place_not_turned_into_floats() {
     assert_eq!(g.extra["a"].as_u64(), Some(u64::MAX));
 }
 
+/// A reader that hands out one byte per call, so that every token is cut across reads.
+struct ByteByByte<'a>(&'a [u8]);
+
+impl std::io::Read for ByteByByte<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some((&b, rest)) = self.0.split_first() else { return Ok(0) };
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        buf[0] = b;
+        self.0 = rest;
+        Ok(1)
+    }
+}
+
+#[test]
+fn an_integer_past_64_bits_has_the_same_place_read_whole_or_one_byte_at_a_time() {
+    let reg = Registry::builtin();
+    // strings with escaped quotes, backslashes and digits before it, and lines of several lengths
+    let extra = "\"s\": \"a\\\"1\\\\\",\n  \"t\": [1, -2, 3.5e3],\n\n   \"u\": {\"v\": -92233720368547758090}";
+    let text = SMALL.replace(r#""outputs": [1]"#, &format!("\"outputs\": [1], {extra}"));
+    let whole = Graph::from_json_slice(text.as_bytes(), reg).unwrap_err();
+    assert!(whole.message.contains("the integer -92233720368547758090 at line 4 column 15 does not fit"), "{}", whole.message);
+    let streamed = Graph::from_reader_limits(ByteByByte(text.as_bytes()), reg, DEFAULT_MAX_NODES, DEFAULT_MAX_BYTES).unwrap_err();
+    assert_eq!(streamed.message, whole.message);
+    // a literal longer than 64 characters is shown cut
+    let long = "1".repeat(100);
+    let text = SMALL.replace(r#""outputs": [1]"#, &format!("\"outputs\": [1], \"w\": {long}"));
+    let e = Graph::from_reader_limits(ByteByByte(text.as_bytes()), reg, DEFAULT_MAX_NODES, DEFAULT_MAX_BYTES).unwrap_err();
+    assert!(e.message.contains(&format!("the integer {}... at line 1 column", &long[..40])), "{}", e.message);
+}
+
 /// xorshift64*: a fixed sequence, so a failure reproduces from the seed alone.
 struct Rng(u64);
 

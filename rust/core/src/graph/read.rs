@@ -138,19 +138,23 @@ pub(super) fn check_integers(bytes: &[u8]) -> Result<(), GraphError> {
 }
 
 /// Finds integer literals outside strings beyond u64 (or below i64::MIN), which serde_json would read as
-/// floats; it can be fed in pieces. Its position is counted in lines and columns (of bytes), from 1.
+/// floats; it can be fed in pieces. Its position is counted in lines and columns (of bytes), from 1. It allocates
+/// nothing per number, and skips the inside of strings in one search.
 #[derive(Default)]
 struct IntegerScan {
     in_string: bool,
     escaped: bool,
     number: Option<Number>,
-    line: u64,
-    column: u64,
+    newlines: u64,   // newlines passed
+    offset: u64,     // bytes fed so far
+    line_start: u64, // the offset of the first byte of the current line
     error: Option<GraphError>,
 }
 
+/// The integer literal being read: its first 64 characters, and where it starts.
 struct Number {
-    text: String,
+    text: [u8; 64],
+    len: usize,
     integer: bool,
     line: u64,
     column: u64,
@@ -161,31 +165,40 @@ impl IntegerScan {
         if self.error.is_some() {
             return;
         }
-        for &b in bytes {
-            if self.line == 0 {
-                self.line = 1;
-            }
-            self.column += 1;
+        let base = self.offset;
+        self.offset += bytes.len() as u64;
+        let mut i = 0;
+        while i < bytes.len() {
             if self.in_string {
-                match b {
-                    _ if self.escaped => self.escaped = false,
+                if self.escaped {
+                    self.escaped = false;
+                    i += 1;
+                    continue;
+                }
+                let Some(k) = bytes[i..].iter().position(|&c| matches!(c, b'"' | b'\\' | b'\n')) else { break };
+                i += k;
+                match bytes[i] {
                     b'\\' => self.escaped = true,
                     b'"' => self.in_string = false,
-                    b'\n' => self.newline(),
-                    _ => {}
+                    _ => self.newline(base + i as u64),
                 }
+                i += 1;
                 continue;
             }
+            let b = bytes[i];
             if let Some(number) = &mut self.number {
                 match b {
                     b'0'..=b'9' => {
-                        if number.text.len() < 64 {
-                            number.text.push(b as char);
+                        if number.len < number.text.len() {
+                            number.text[number.len] = b;
+                            number.len += 1;
                         }
+                        i += 1;
                         continue;
                     }
                     b'.' | b'e' | b'E' | b'+' | b'-' => {
                         number.integer = false;
+                        i += 1;
                         continue;
                     }
                     _ => self.end(),
@@ -193,12 +206,16 @@ impl IntegerScan {
             }
             match b {
                 b'"' => self.in_string = true,
-                b'\n' => self.newline(),
+                b'\n' => self.newline(base + i as u64),
                 b'-' | b'0'..=b'9' => {
-                    self.number = Some(Number { text: (b as char).to_string(), integer: true, line: self.line, column: self.column });
+                    let mut text = [0; 64];
+                    text[0] = b;
+                    let at = base + i as u64;
+                    self.number = Some(Number { text, len: 1, integer: true, line: self.newlines + 1, column: at - self.line_start + 1 });
                 }
                 _ => {}
             }
+            i += 1;
         }
     }
 
@@ -207,9 +224,10 @@ impl IntegerScan {
         self.error.take().map_or(Ok(()), Err)
     }
 
-    fn newline(&mut self) {
-        self.line += 1;
-        self.column = 0;
+    /// A newline at offset `at`.
+    fn newline(&mut self, at: u64) {
+        self.newlines += 1;
+        self.line_start = at + 1;
     }
 
     /// The number being read ends here.
@@ -218,13 +236,13 @@ impl IntegerScan {
         if !number.integer || self.error.is_some() {
             return;
         }
-        let fits = if number.text.starts_with('-') {
-            number.text.parse::<i64>().is_ok()
-        } else {
-            number.text.parse::<u64>().is_ok()
-        };
-        if !fits && number.text.len() > 1 {
-            let shown = if number.text.len() >= 64 { format!("{}...", &number.text[..40]) } else { number.text };
+        // ASCII: a sign and digits.
+        let text = std::str::from_utf8(&number.text[..number.len]).unwrap_or_default();
+        // Up to 18 characters always fit; longer ones are parsed.
+        let fits = text.len() < 19
+            || if text.starts_with('-') { text.parse::<i64>().is_ok() } else { text.parse::<u64>().is_ok() };
+        if !fits && text.len() > 1 {
+            let shown = if text.len() >= 64 { format!("{}...", &text[..40]) } else { text.to_string() };
             self.error = Some(GraphError::new(
                 GraphErrorKind::Json,
                 format!(
