@@ -106,6 +106,14 @@ def computed_shape(n: dict, ins: list) -> Optional[list]:
             out = list(ins[0])
             out[at["axis"]] = at["len"]
             return out
+        if op == "OnnxSlice" and len(ins) == 1 and "starts" in at:  # a strided slice with constant bounds
+            out = list(ins[0])
+            starts = at["starts"]
+            for a, b, e, st in zip(at.get("axes", range(len(starts))), starts, at["ends"],
+                                   at.get("steps", [1] * len(starts))):
+                a = a + len(out) if a < 0 else a
+                out[a] = len(range(*slice(b, e, st).indices(out[a]))) if isinstance(out[a], int) else None
+            return out
         if op == "Unsqueeze":
             out = list(ins[0])
             for a in _axes(at["axes"], len(out) + len(at["axes"])):
@@ -133,12 +141,14 @@ def computed_shape(n: dict, ins: list) -> Optional[list]:
             along = [s[axis] for s in ins]
             out[axis] = sum(along) if all(isinstance(d, int) for d in along) else None
             return out
+        if op == "Tile" and len(at.get("repeats", ())) == len(ins[0]):
+            return [d if r == 1 else d * r if isinstance(d, int) else None for d, r in zip(ins[0], at["repeats"])]
         if op == "Reshape":
             new = list(at["new_shape"])
             if -1 not in new and 0 not in new:
                 return new
             if not all(isinstance(d, int) for d in ins[0]):
-                return None
+                return _minus_one_as_symbol(ins[0], new)
             total = int(np.prod(ins[0], dtype=np.int64))
             if new.count(-1) == 1:
                 rest = int(np.prod([d for d in new if d != -1], dtype=np.int64))
@@ -155,6 +165,18 @@ def computed_shape(n: dict, ins: list) -> Optional[list]:
     except (KeyError, IndexError, TypeError, ValueError):
         return None
     return None
+
+
+def _minus_one_as_symbol(src: list, new: list) -> Optional[list]:
+    """A Reshape target's -1 over an input with one dim symbol S and static sizes whose product the target's other
+    sizes keep: -1 is S ([1, S, 1, 2, 2] -> [1, -1, 1, 4] is [1, S, 1, 4])."""
+    syms = [d for d in src if not isinstance(d, int)]
+    if len(syms) != 1 or is_unknown(syms[0]) or new.count(-1) != 1 or 0 in new \
+            or not all(isinstance(d, int) for d in new):
+        return None
+    have = int(np.prod([d for d in src if isinstance(d, int)], dtype=np.int64))
+    rest = int(np.prod([d for d in new if d != -1], dtype=np.int64))
+    return [syms[0] if d == -1 else d for d in new] if have == rest else None
 
 
 def merge_shapes(declared: Optional[list], got: Optional[list]) -> Optional[list]:
