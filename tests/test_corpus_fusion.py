@@ -62,8 +62,6 @@ DYNAMIC_XFAIL: dict[str, str] = {
                   "stay OnnxExpand/OnnxSlice",
     "gpt_neo": "the local-attention causal table sliced to a symbolic length stays OnnxSlice (Narrow's length is "
                "static), and 5 run-time Reshapes of symbol products stay OnnxReshape",
-    "opt": "the batch dim of OPT's positions (a cumsum of the attention mask) is unk__N, so the head-split Reshape "
-           "targets naming it stay OnnxReshape (only the inputs' symbols are written)",
 }
 
 

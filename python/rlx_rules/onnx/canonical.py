@@ -103,6 +103,7 @@ class Canonicalizer:
                 self.uses[i] = self.uses.get(i, 0) + 1
         self.out: list[dict] = []
         self.next_id = max(self.by_id) + 1 if self.by_id else 0
+        self.scalar_constants()  # first too: a scale folded to a [1] tensor moves like a scalar
         for n in self.nodes:
             self.add(n)
         self.nodes[:] = self.out

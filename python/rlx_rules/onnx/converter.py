@@ -191,9 +191,10 @@ class Converter(OpConverters):
             self.convert(node)
         outputs = [self.value(o.name) for o in self.graph.output]
         propagate(self.nodes)
+        nodes, outputs = prune(self.nodes, outputs)  # folded shape computations no longer count as uses
         if self.canonical:
-            outputs = canonicalize(self.nodes, outputs)
-        nodes, outputs = prune(self.nodes, outputs)
+            outputs = canonicalize(nodes, outputs)
+            nodes, outputs = prune(nodes, outputs)
         refine_shapes(nodes)
         self.builder.nodes[:] = nodes
         opsets = {imp.domain or "ai.onnx": imp.version for imp in self.model.opset_import}

@@ -168,15 +168,21 @@ def computed_shape(n: dict, ins: list) -> Optional[list]:
 
 
 def _minus_one_as_symbol(src: list, new: list) -> Optional[list]:
-    """A Reshape target's -1 over an input with one dim symbol S and static sizes whose product the target's other
-    sizes keep: -1 is S ([1, S, 1, 2, 2] -> [1, -1, 1, 4] is [1, S, 1, 4])."""
-    syms = [d for d in src if not isinstance(d, int)]
-    if len(syms) != 1 or is_unknown(syms[0]) or new.count(-1) != 1 or 0 in new \
-            or not all(isinstance(d, int) for d in new):
+    """A Reshape target's -1 where the input's dim symbols, less those the target names, are one symbol S and the
+    static sizes' products agree: -1 is S ([1, S, 1, 2, 2] -> [1, -1, 1, 4] and [B, S] -> [-1, S] name it)."""
+    left = [d for d in src if not isinstance(d, int)]
+    if any(is_unknown(d) for d in left) or new.count(-1) != 1 or 0 in new:
+        return None
+    for d in new:
+        if not isinstance(d, int):
+            if d not in left:
+                return None
+            left.remove(d)
+    if len(left) != 1:
         return None
     have = int(np.prod([d for d in src if isinstance(d, int)], dtype=np.int64))
-    rest = int(np.prod([d for d in new if d != -1], dtype=np.int64))
-    return [syms[0] if d == -1 else d for d in new] if have == rest else None
+    rest = int(np.prod([d for d in new if isinstance(d, int) and d != -1], dtype=np.int64))
+    return [left[0] if d == -1 else d for d in new] if have == rest else None
 
 
 def merge_shapes(declared: Optional[list], got: Optional[list]) -> Optional[list]:
