@@ -211,6 +211,25 @@ fn mistyped_node_fields_name_the_field() {
 }
 
 #[test]
+fn many_attributes_keep_their_order_and_a_repeated_one_is_named() {
+    // past a handful of keys the loader looks repeats up in a set rather than scanning
+    let keys: Vec<String> = (0..40).map(|i| format!("k{}", (i * 7) % 40)).collect();
+    let attrs = keys.iter().enumerate().map(|(i, k)| format!("\"{k}\": {i}")).collect::<Vec<_>>().join(", ");
+    let (g, _) = load(&doc(&format!(r#"{{"id": 1, "op": "Input", "attrs": {{{attrs}}}}}"#), "")).unwrap();
+    let read: Vec<&str> = g.nodes[0].attrs.keys().map(|k| k.as_str()).collect();
+    assert_eq!(read, keys.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(g.nodes[0].attrs["k7"], 1);
+    for at in [3, 30] {
+        let mut twice = keys.clone();
+        twice.insert(at + 1, keys[at].clone());
+        twice.push(keys[0].clone());
+        let attrs = twice.iter().map(|k| format!("\"{k}\": 0")).collect::<Vec<_>>().join(", ");
+        let needle = format!("attribute \"{}\" is given twice", keys[at]);
+        assert_err(&doc(&format!(r#"{{"id": 1, "op": "Input", "attrs": {{{attrs}}}}}"#), ""), GraphErrorKind::Format, &needle);
+    }
+}
+
+#[test]
 fn bad_dims_are_rejected() {
     for (dim, found) in [
         ("-1", "-1"),

@@ -165,6 +165,14 @@ impl Fields {
         Fields(Some(map.into_iter().map(|(k, v)| (interner.sym(&k), v)).collect()))
     }
 
+    /// These fields, in this order (their keys are expected to differ).
+    pub(crate) fn from_pairs(pairs: Vec<(Sym, Value)>) -> Fields {
+        if pairs.is_empty() {
+            return Fields(None);
+        }
+        Fields(Some(pairs.into_boxed_slice()))
+    }
+
     fn pairs(&self) -> &[(Sym, Value)] {
         self.0.as_deref().unwrap_or(&[])
     }

@@ -4,6 +4,7 @@
 //! mistyped field is reported as "node 12: field \"inputs\"[1] ..." instead of a serde position.
 //! Only malformed JSON (and nesting deeper than serde_json's recursion limit) fails in serde.
 
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -11,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    read, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId,
+    read, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId, Sym,
     GRAPH_FORMAT, GRAPH_VERSION,
 };
 
@@ -217,31 +218,97 @@ impl<'de, T: Item> Deserialize<'de> for List<T> {
     }
 }
 
-/// An object of attributes, or whatever stood where one was expected.
+/// A string read straight into the interner (an op, a dtype, an attribute name), or whatever stood there instead.
 #[derive(Debug)]
-enum Attrs {
-    Map(Map<String, Value>, Option<String>), // the attributes, and a key given twice
+enum Named {
+    Sym(Sym),
     Not(Atom),
 }
 
-impl<'de> Deserialize<'de> for Attrs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Attrs, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+/// Reads a [`Named`] through the interner `.0`, without a String of its own.
+struct NamedSeed<'a>(&'a mut Interner);
+
+impl<'de> DeserializeSeed<'de> for NamedSeed<'_> {
+    type Value = Named;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Named, D::Error> {
+        struct V<'a>(&'a mut Interner);
+        impl<'de> Visitor<'de> for V<'_> {
+            type Value = Named;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Named, E> {
+                Ok(Named::Sym(self.0.sym(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Named, E> {
+                Ok(Named::Not(Atom::U64(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Named, E> {
+                AtomVisitor.visit_i64(v).map(Named::Not)
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Named, E> {
+                Ok(Named::Not(Atom::F64(v)))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Named, E> {
+                Ok(Named::Not(Atom::Bool(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Named, E> {
+                Ok(Named::Not(Atom::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Named, A::Error> {
+                AtomVisitor.visit_seq(seq).map(Named::Not)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Named, A::Error> {
+                AtomVisitor.visit_map(map).map(Named::Not)
+            }
+        }
+        d.deserialize_any(V(self.0))
+    }
+}
+
+/// An object of attributes, or whatever stood where one was expected.
+#[derive(Debug)]
+enum Attrs {
+    Pairs(Vec<(Sym, Value)>, Option<String>), // the attributes in the order read, and a key given twice
+    Not(Atom),
+}
+
+/// Reads [`Attrs`], their names shared through the interner `.0`.
+struct AttrsSeed<'a>(&'a mut Interner);
+
+/// Above this many attributes, a key given twice is found through a set rather than by scanning.
+const SCAN_KEYS: usize = 16;
+
+impl<'de> DeserializeSeed<'de> for AttrsSeed<'_> {
+    type Value = Attrs;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Attrs, D::Error> {
+        struct V<'a>(&'a mut Interner);
+        impl<'de> Visitor<'de> for V<'_> {
             type Value = Attrs;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attrs, A::Error> {
-                let mut out = Map::new();
+                let mut out: Vec<(Sym, Value)> = Vec::new();
+                let mut seen: HashSet<Sym> = HashSet::new();
                 let mut dup = None;
-                while let Some((k, v)) = map.next_entry::<String, Value>()? {
-                    if out.contains_key(&k) && dup.is_none() {
-                        dup = Some(k.clone());
+                while let Some(key) = map.next_key_seed(KeySeed(&mut *self.0))? {
+                    let value: Value = map.next_value()?;
+                    if out.len() == SCAN_KEYS {
+                        seen.extend(out.iter().map(|(k, _)| k.clone()));
                     }
-                    out.insert(k, v);
+                    let given = if out.len() < SCAN_KEYS { out.iter().any(|(k, _)| *k == key) } else { !seen.insert(key.clone()) };
+                    if given {
+                        // as a map would: the value replaced in place, the key kept where it first stood
+                        dup.get_or_insert_with(|| key.to_string());
+                        if let Some(slot) = out.iter_mut().find(|(k, _)| *k == key) {
+                            slot.1 = value;
+                        }
+                    } else {
+                        out.push((key, value));
+                    }
                 }
-                Ok(Attrs::Map(out, dup))
+                Ok(Attrs::Pairs(out, dup))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Attrs, A::Error> {
                 AtomVisitor.visit_seq(seq).map(Attrs::Not)
@@ -265,7 +332,27 @@ impl<'de> Deserialize<'de> for Attrs {
                 Ok(Attrs::Not(Atom::Null))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(self.0))
+    }
+}
+
+/// An object key read straight into the interner.
+struct KeySeed<'a>(&'a mut Interner);
+
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Sym;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Sym, D::Error> {
+        struct V<'a>(&'a mut Interner);
+        impl<'de> Visitor<'de> for V<'_> {
+            type Value = Sym;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Sym, E> {
+                Ok(self.0.sym(v))
+            }
+        }
+        d.deserialize_str(V(self.0))
     }
 }
 
@@ -312,12 +399,12 @@ struct RawNode {
     not_object: Option<Atom>,
     duplicate: Option<String>,
     id: Option<Atom>,
-    op: Option<Atom>,
+    op: Option<Named>,
     name: Option<Atom>,
     inputs: Option<List<NodeId>>,
     attrs: Option<Attrs>,
     shape: Option<List<Dim>>,
-    dtype: Option<Atom>,
+    dtype: Option<Named>,
     extra: Map<String, Value>,
 }
 
@@ -328,10 +415,14 @@ fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<Stri
     *slot = Some(value);
 }
 
-impl<'de> Deserialize<'de> for RawNode {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RawNode, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
+/// Reads one node, its op, dtype and attribute names shared through the interner `.0`.
+struct NodeSeed<'a>(&'a mut Interner);
+
+impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
+    type Value = RawNode;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawNode, D::Error> {
+        struct V<'a>(&'a mut Interner);
+        impl<'de> Visitor<'de> for V<'_> {
             type Value = RawNode;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a node object")
@@ -342,14 +433,18 @@ impl<'de> Deserialize<'de> for RawNode {
                 while let Some(key) = map.next_key::<NodeKey>()? {
                     match key {
                         NodeKey::Id => set(&mut n.id, map.next_value()?, "id", &mut dup),
-                        NodeKey::Op => set(&mut n.op, map.next_value()?, "op", &mut dup),
+                        NodeKey::Op => set(&mut n.op, map.next_value_seed(NamedSeed(&mut *self.0))?, "op", &mut dup),
                         NodeKey::Name => set(&mut n.name, map.next_value()?, "name", &mut dup),
                         NodeKey::Inputs => {
                             set(&mut n.inputs, map.next_value()?, "inputs", &mut dup)
                         }
-                        NodeKey::Attrs => set(&mut n.attrs, map.next_value()?, "attrs", &mut dup),
+                        NodeKey::Attrs => {
+                            set(&mut n.attrs, map.next_value_seed(AttrsSeed(&mut *self.0))?, "attrs", &mut dup)
+                        }
                         NodeKey::Shape => set(&mut n.shape, map.next_value()?, "shape", &mut dup),
-                        NodeKey::Dtype => set(&mut n.dtype, map.next_value()?, "dtype", &mut dup),
+                        NodeKey::Dtype => {
+                            set(&mut n.dtype, map.next_value_seed(NamedSeed(&mut *self.0))?, "dtype", &mut dup)
+                        }
                         NodeKey::Other(k) => {
                             let v: Value = map.next_value()?;
                             if n.extra.insert(k.clone(), v).is_some() && dup.is_none() {
@@ -383,7 +478,17 @@ impl<'de> Deserialize<'de> for RawNode {
                 Ok(not_object(Atom::Null))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_any(V(self.0))
+    }
+}
+
+impl Named {
+    /// What was read, as an [`Atom`] (for a message).
+    fn into_atom(self) -> Atom {
+        match self {
+            Named::Sym(s) => Atom::Str(s.to_string()),
+            Named::Not(atom) => atom,
+        }
     }
 }
 
@@ -420,7 +525,7 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
                 let mut error = None;
                 let mut index = 0;
                 while index < self.0 {
-                    let Some(raw) = seq.next_element::<RawNode>()? else {
+                    let Some(raw) = seq.next_element_seed(NodeSeed(&mut interner))? else {
                         return Ok(RawNodes::Items(nodes, error));
                     };
                     if error.is_none() {
@@ -676,8 +781,9 @@ impl RawNode {
             )));
         }
         let op = match self.op {
-            Some(Atom::Str(s)) if !s.is_empty() => interner.sym(&s),
+            Some(Named::Sym(s)) if !s.is_empty() => s,
             Some(other) => {
+                let other = other.into_atom();
                 return Err(format_error(format!(
                     "{}: the op must be a non-empty string, found {other} (field \"op\")",
                     label()
@@ -700,9 +806,9 @@ impl RawNode {
             }
         };
         let attrs = match self.attrs {
-            None => Map::new(),
-            Some(Attrs::Map(map, None)) => map,
-            Some(Attrs::Map(_, Some(key))) => {
+            None => Vec::new(),
+            Some(Attrs::Pairs(pairs, None)) => pairs,
+            Some(Attrs::Pairs(_, Some(key))) => {
                 return Err(format_error(format!(
                     "{}: attribute {} is given twice (field \"attrs\")",
                     label(),
@@ -731,9 +837,9 @@ impl RawNode {
             }
         };
         let dtype = match self.dtype {
-            None | Some(Atom::Null) => None,
-            Some(Atom::Str(s)) => Some(interner.sym(&s)),
-            Some(other) => {
+            None | Some(Named::Not(Atom::Null)) => None,
+            Some(Named::Sym(s)) => Some(s),
+            Some(Named::Not(other)) => {
                 return Err(format_error(format!(
                     "{}: the dtype must be a string, found {other} (field \"dtype\")",
                     label()
@@ -756,7 +862,7 @@ impl RawNode {
             op,
             name,
             inputs,
-            attrs: Fields::from_map(attrs, interner),
+            attrs: Fields::from_pairs(attrs),
             shape,
             dtype,
             extra: Fields::from_map(self.extra, interner),
