@@ -248,3 +248,49 @@ def test_corpus_matches_onnxruntime(tmp_path, path):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-4, rtol=1e-4)
+
+
+def test_dynamic_shape_rules_strided_slice_tile_and_reshape_minus_one():
+    """Shape rules over dim symbols: a strided slice with constant bounds sizes its static axis, a Tile keeps a dim
+    repeated once, and a Reshape's -1 is the one input symbol that the target does not name."""
+    from rlx_rules.onnx.shapes import computed_shape
+    sl = {"op": "OnnxSlice", "attrs": {"starts": [1], "ends": [2**63 - 1], "axes": [3], "steps": [2]}}
+    assert computed_shape(sl, [["b", "s", 2, 5]]) == ["b", "s", 2, 2]
+    tile = {"op": "Tile", "attrs": {"repeats": [1, 1, 1, 2]}}
+    assert computed_shape(tile, [[1, "s", 2, 2]]) == [1, "s", 2, 4]
+    assert computed_shape(tile, [[1, "s", 2, "d"]]) == [1, "s", 2, None]
+    reshape = {"op": "Reshape", "attrs": {"new_shape": [1, -1, 1, 4]}}
+    assert computed_shape(reshape, [[1, "s", 1, 2, 2]]) == [1, "s", 1, 4]
+    assert computed_shape(reshape, [[1, "s", 1, 2, 3]]) is None  # the static sizes' products differ
+    assert computed_shape({"op": "Reshape", "attrs": {"new_shape": [-1, "s"]}}, [["b", "s"]]) == ["b", "s"]
+    assert computed_shape({"op": "Reshape", "attrs": {"new_shape": [-1, 4]}}, [["b", "s", 4]]) is None  # B·S
+
+
+def test_dynamic_scale_from_a_static_dim_folds_and_fill_names_its_dims():
+    """Without pinning: a float scale computed from x's static last dim (SDPA's Sqrt(1 / Sqrt(Cast(D)))) becomes a
+    Constant, and ConstantOfShape(Shape(x)) takes x's symbols; the values are ONNX's."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "m1", "big"], ["d"]),
+             helper.make_node("Cast", ["d"], ["df"], to=TensorProto.FLOAT),
+             helper.make_node("Sqrt", ["df"], ["r"]),
+             helper.make_node("Div", ["one", "r"], ["inv"]),
+             helper.make_node("Sqrt", ["inv"], ["scale"], name="scale"),
+             helper.make_node("ConstantOfShape", ["s"], ["fill"], name="fill",
+                              value=numpy_helper.from_array(np.array([2.0], dtype=np.float32))),
+             helper.make_node("Mul", ["x", "scale"], ["xs"]),
+             helper.make_node("Add", ["xs", "fill"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([-1], dtype=np.int64), "m1"),
+             numpy_helper.from_array(np.array([2**62], dtype=np.int64), "big"),
+             numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    result = convert(_model(nodes, [x], [y], inits, opset=17))
+    by_name = {n.get("name"): n for n in result.graph["nodes"]}
+    assert by_name["scale"]["op"] == "Constant"
+    assert np.float32(np.asarray(by_name["scale"]["attrs"]["value"]).reshape(-1)[0]) == \
+        np.sqrt(np.float32(1.0) / np.sqrt(np.float32(16.0)))
+    assert by_name["fill"]["shape"] == ["batch", "seq", 16]
+    import rlx_rules
+    xv = np.arange(2 * 3 * 16, dtype=np.float32).reshape(2, 3, 16)
+    (got,) = rlx_rules.run(Graph.from_dict(result.graph), {"x": xv}, result.weights)
+    np.testing.assert_allclose(got, xv * np.sqrt(np.float32(0.25)) + 2.0, rtol=1e-6)
