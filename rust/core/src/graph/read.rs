@@ -189,11 +189,12 @@ impl IntegerScan {
             if let Some(number) = &mut self.number {
                 match b {
                     b'0'..=b'9' => {
-                        if number.len < number.text.len() {
-                            number.text[number.len] = b;
-                            number.len += 1;
-                        }
-                        i += 1;
+                        // the whole run of digits in this piece
+                        let run = bytes[i..].iter().position(|c| !c.is_ascii_digit()).unwrap_or(bytes.len() - i);
+                        let keep = run.min(number.text.len() - number.len);
+                        number.text[number.len..number.len + keep].copy_from_slice(&bytes[i..i + keep]);
+                        number.len += keep;
+                        i += run;
                         continue;
                     }
                     b'.' | b'e' | b'E' | b'+' | b'-' => {
@@ -236,11 +237,12 @@ impl IntegerScan {
         if !number.integer || self.error.is_some() {
             return;
         }
-        // ASCII: a sign and digits.
+        // Up to 18 characters (a sign and digits) always fit; longer ones are parsed.
+        if number.len < 19 {
+            return;
+        }
         let text = std::str::from_utf8(&number.text[..number.len]).unwrap_or_default();
-        // Up to 18 characters always fit; longer ones are parsed.
-        let fits = text.len() < 19
-            || if text.starts_with('-') { text.parse::<i64>().is_ok() } else { text.parse::<u64>().is_ok() };
+        let fits = if text.starts_with('-') { text.parse::<i64>().is_ok() } else { text.parse::<u64>().is_ok() };
         if !fits && text.len() > 1 {
             let shown = if text.len() >= 64 { format!("{}...", &text[..40]) } else { text.to_string() };
             self.error = Some(GraphError::new(
