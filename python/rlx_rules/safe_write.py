@@ -20,6 +20,7 @@ from .errors import OutputRefused, WriteError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+
 def _kind(mode: int) -> Optional[str]:
     """What a non-regular file is, in words; None for a regular file."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
