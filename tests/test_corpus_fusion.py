@@ -37,11 +37,11 @@ def _entries() -> list[dict]:
         if all((CORPUS / f).exists() for f in
                                      (e["file"], f"{stem}.inputs.npz", f"{stem}.expected.npz")):
             out.append(e)
-    step = int(os.environ.get("RLX_CORPUS_SAMPLE", "1") or 1)
-    return out[::max(step, 1)]
+    return out
 
 
-ENTRIES = _entries()
+ALL_ENTRIES = _entries()
+ENTRIES = ALL_ENTRIES[::max(int(os.environ.get("RLX_CORPUS_SAMPLE", "1") or 1), 1)]
 
 # Files where exact fusion is not reached yet, by family, with the reason (the values must match regardless).
 XFAIL: dict[str, str] = {}  # (none left; add "family" or "family.impl.exporter": "why exact fusion is impossible")
@@ -79,23 +79,32 @@ def rules():
 def test_the_corpus_is_there():
     if not (CORPUS / "manifest.json").exists():
         pytest.skip("no tests/corpus/manifest.json")
-    assert len(ENTRIES) >= 20
+    assert len(ALL_ENTRIES) >= 20  # every file the manifest lists and the folder holds, before sampling
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"][: -len(".onnx")] for e in ENTRIES])
-def test_every_attention_layer_fuses_and_values_match(entry, rules):
+def fuse_and_check_values(entry, rules, *, pinned: bool):
+    """Import (input shapes pinned to the recorded inputs', or dynamic), apply, run; assert the values match ONNX
+    Runtime's. Returns the fused graph's op counts."""
     stem = entry["file"][: -len(".onnx")]
     with np.load(CORPUS / f"{stem}.inputs.npz") as f:
         feed = dict(f)
     with np.load(CORPUS / f"{stem}.expected.npz") as f:
         (expected,) = f.values()
-    result = convert(str(CORPUS / entry["file"]), input_shapes={k: list(v.shape) for k, v in feed.items()})
+    shapes = {k: list(v.shape) for k, v in feed.items()} if pinned else None
+    result = convert(str(CORPUS / entry["file"]), input_shapes=shapes)
     assert result.graph["source"] == "onnx"
     fused, _ = rules.apply(Graph.from_dict(result.graph))
     (got,) = rlx_rules.run(fused, feed, result.weights)
+    mode = "" if pinned else " (dynamic)"
     np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0, equal_nan=True,
-                               err_msg=f"{stem}: the fused graph's values differ from ONNX Runtime's")
-    ops = fused.op_counts()
+                               err_msg=f"{stem}{mode}: the fused graph's values differ from ONNX Runtime's")
+    return fused.op_counts()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["file"][: -len(".onnx")] for e in ENTRIES])
+def test_every_attention_layer_fuses_and_values_match(entry, rules):
+    stem = entry["file"][: -len(".onnx")]
+    ops = fuse_and_check_values(entry, rules, pinned=True)
     layers = sum(ops.get(op, 0) for op in FUSED)
     reason = _xfail_reason(entry)
     if reason and layers < entry["attention_layers"]:
@@ -109,16 +118,7 @@ def test_dynamic_import_fuses_and_values_match(entry, rules):
     """Imported without pinning: symbolic batch and sequence dims. The values match ONNX Runtime's in every file;
     the layers fuse where the run-time shape computations resolve to symbolic targets."""
     stem = entry["file"][: -len(".onnx")]
-    with np.load(CORPUS / f"{stem}.inputs.npz") as f:
-        feed = dict(f)
-    with np.load(CORPUS / f"{stem}.expected.npz") as f:
-        (expected,) = f.values()
-    result = convert(str(CORPUS / entry["file"]))
-    fused, _ = rules.apply(Graph.from_dict(result.graph))
-    (got,) = rlx_rules.run(fused, feed, result.weights)
-    np.testing.assert_allclose(got, expected, atol=ATOL, rtol=0, equal_nan=True,
-                               err_msg=f"{stem} (dynamic): the fused graph's values differ from ONNX Runtime's")
-    ops = fused.op_counts()
+    ops = fuse_and_check_values(entry, rules, pinned=False)
     layers = sum(ops.get(op, 0) for op in FUSED)
     if layers == entry["attention_layers"]:
         return
