@@ -149,8 +149,16 @@ def load_graph_arg(args: argparse.Namespace):
     return Graph.load(args.graph, max_nodes=args.max_nodes, max_bytes=args.max_graph_bytes)
 
 
+def add_input_shape_option(parser: argparse.ArgumentParser, *, applies_to: str = "") -> None:
+    """`--input-shape NAME=D0,D1,..` (repeatable): pin an ONNX input to a static shape (import, apply, optimize).
+    Unpinned inputs keep their symbolic dims, which most attention layers fuse with (docs/import.md)."""
+    parser.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
+                        help=f"{applies_to}pin an ONNX input to a static shape (repeatable), e.g. input_ids=1,16; "
+                             "without it the model's symbolic dims are kept")
+
+
 def input_shape(text: str) -> tuple[str, list[int]]:
-    """NAME=D0,D1,... -> (NAME, [D0, D1, ...]): an argparse type for `--input-shape` (import, optimize)."""
+    """NAME=D0,D1,... -> (NAME, [D0, D1, ...]): the argparse type of `--input-shape`."""
     name, sep, dims = text.rpartition("=")
     try:
         shape = [int(d) for d in dims.split(",")] if dims.strip() else []

@@ -9,8 +9,8 @@ import os
 import sys
 
 from ..errors import GraphError
-from . import (EXAMPLES, ExitCode, add_cache_option, add_graph_limit_options, add_rule_limit_option, add_set_option,
-               fail, input_shape, int_in, load_graph_arg, parse_sets, seconds)
+from . import (EXAMPLES, ExitCode, add_cache_option, add_graph_limit_options, add_input_shape_option,
+               add_rule_limit_option, add_set_option, fail, int_in, load_graph_arg, parse_sets, seconds)
 
 
 def default_output(graph_path: str) -> str:
@@ -185,8 +185,7 @@ def add_command(subparsers) -> None:
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
                    help="rule files, or @NAME for a bundled set (@default, @seed, @onnx; default: @onnx for an "
                         "imported ONNX model, else @default)")
-    p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
-                   help="with MODEL.onnx: pin an input to a static shape (repeatable), e.g. input_ids=1,16")
+    add_input_shape_option(p, applies_to="with MODEL.onnx: ")
     p.add_argument("-o", "--output", help="output path (default: GRAPH.fused.json; '-' for stdout); with several "
                                           "graphs, a folder for the GRAPH.fused.json files")
     p.add_argument("-j", "--jobs", type=int_in(1), default=None, metavar="N",

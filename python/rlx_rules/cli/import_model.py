@@ -7,7 +7,7 @@ import sys
 
 from ..errors import GraphError, OnnxImportError, OutputError
 from ..formats import GRAPH_FORMAT
-from . import ExitCode, fail, input_shape, int_in
+from . import ExitCode, add_input_shape_option, fail, int_in
 
 IMPORT_EXAMPLES = """\
 examples:
@@ -61,8 +61,7 @@ def add_command(subparsers) -> None:
     p.add_argument("--weights", help="weights .npz (default: beside the output, NAME.weights.npz)")
     p.add_argument("--inline-max", type=int_in(0), default=16, metavar="N",
                    help="constants with at most N elements stay inline in the graph (default 16)")
-    p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
-                   help="pin an ONNX input to a static shape (repeatable), e.g. input_ids=1,16")
+    add_input_shape_option(p)
     p.add_argument("--format", choices=["onnx", "rlx-json"], help="input format (default: from the file name)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(run=run)

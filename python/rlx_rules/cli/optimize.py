@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..errors import OnnxImportError, OutputError
-from . import ExitCode, add_set_option, fail, input_shape, int_in, parse_sets, seconds
+from . import ExitCode, add_input_shape_option, add_set_option, fail, int_in, parse_sets, seconds
 
 OPTIMIZE_EXAMPLES = """\
 examples:
@@ -50,8 +50,7 @@ def add_command(subparsers) -> None:
     p.add_argument("-r", "--rules", nargs="+", default=[], metavar="RULES",
                    help="rule files or @NAME (default: @onnx, the lifting rules then the fusion library)")
     add_set_option(p)
-    p.add_argument("--input-shape", action="append", type=input_shape, metavar="NAME=D0,D1,..",
-                   help="pin an input to a static shape (the attention rules need static shapes)")
+    add_input_shape_option(p)
     p.add_argument("--external-data", action="store_true",
                    help="weights to OUTPUT.data beside the model (automatic past 1 GiB)")
     p.add_argument("--max-rewrites", type=int_in(0), default=None, metavar="N",
