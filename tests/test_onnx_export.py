@@ -17,7 +17,8 @@ import rlx_rules  # noqa: E402
 from rlx_rules.cli.app import main  # noqa: E402
 from rlx_rules.graph_builder import GraphBuilder  # noqa: E402
 from rlx_rules.interpret import random_values  # noqa: E402
-from rlx_rules.onnx.export import EXPORTS, ExportError, export_onnx, optimize_onnx, to_onnx  # noqa: E402
+from rlx_rules.errors import ExportError  # noqa: E402
+from rlx_rules.onnx.export import EXPORTS, export_onnx, optimize_onnx, to_onnx  # noqa: E402
 
 from onnx_models import Dims, bert_attention, llama_attention  # noqa: E402 - tests/: the shared ONNX model builders
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import GraphError, OnnxImportError, OutputError
+from ..errors import ExportError, GraphError, OnnxImportError, OutputError
 from . import ExitCode, add_graph_limit_options, fail, int_in, load_graph_arg
 
 EXPORT_EXAMPLES = """\
@@ -17,7 +17,7 @@ examples:
 
 
 def run_onnx(args: argparse.Namespace) -> int:
-    from ..onnx.export import ExportError, export_onnx
+    from ..onnx.export import export_onnx
     from ..interpret.weights import weights_path
 
     if args.output == "-":

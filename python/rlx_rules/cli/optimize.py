@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..errors import OnnxImportError, OutputError
+from ..errors import ExportError, OnnxImportError, OutputError
 from . import ExitCode, add_input_shape_option, add_set_option, fail, int_in, parse_sets, seconds
 
 OPTIMIZE_EXAMPLES = """\
@@ -18,7 +18,7 @@ examples:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..onnx.export import ExportError, optimize_onnx
+    from ..onnx.export import optimize_onnx
     from ..tools.progress import progress
 
     try:

@@ -14,7 +14,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .export_builder import MS_DOMAIN, Builder, ExportError, node_label, tensor_info
+from ..errors import ExportError
+from .export_builder import MS_DOMAIN, Builder, node_label, tensor_info
 from .export_ops import EXPORTS
 
 __all__ = ["EXPORTS", "ExportError", "export_onnx", "to_onnx", "write_onnx"]

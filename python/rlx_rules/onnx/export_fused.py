@@ -8,7 +8,8 @@ from typing import Optional
 import numpy as np
 import onnx
 
-from .export_builder import MS_DOMAIN, Builder, ExportError, node_label
+from ..errors import ExportError
+from .export_builder import MS_DOMAIN, Builder, node_label
 
 # RLX's masked score is -1e9 (replaced); an additive -1e30 gives masked keys weight 0 as well, and a fully masked
 # row stays uniform (every |score| < 1e22 vanishes next to it in float32) without overflowing to -inf.

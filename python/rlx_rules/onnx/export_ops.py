@@ -9,8 +9,9 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper
 
+from ..errors import ExportError
 from .common import FOLDED_INPUTS
-from .export_builder import ONNX_TYPES, Builder, ExportError, node_label
+from .export_builder import ONNX_TYPES, Builder, node_label
 from . import export_fused as fused
 
 INT64_MIN = -(2**63)
