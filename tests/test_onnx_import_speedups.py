@@ -88,7 +88,7 @@ def test_npz_replaces_the_old_file_and_reports_os_errors(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
 def test_npz_refuses_what_is_not_a_regular_file(tmp_path):
-    from rlx_rules.safe_write import OutputRefused
+    from rlx_rules.errors import OutputRefused
 
     fifo = tmp_path / "fifo.npz"
     os.mkfifo(fifo)  # refused before it is opened (opening a FIFO for writing would block)

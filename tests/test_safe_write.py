@@ -9,7 +9,8 @@ import pytest
 import rlx_rules
 from rlx_rules.cli import ExitCode
 from rlx_rules.cli.app import main
-from rlx_rules.safe_write import OutputRefused, WriteError, atomic_write, check_target
+from rlx_rules.errors import OutputRefused, WriteError
+from rlx_rules.safe_write import atomic_write, check_target
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX only")
 

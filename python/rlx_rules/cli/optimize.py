@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..errors import ExportError, OnnxImportError, OutputError
 from . import ExitCode, add_input_shape_option, add_set_option, fail, int_in, parse_sets, seconds

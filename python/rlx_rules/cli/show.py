@@ -6,7 +6,8 @@ import argparse
 import subprocess
 import sys
 
-from ..safe_write import WriteError, atomic_write
+from ..errors import WriteError
+from ..safe_write import atomic_write
 from ..tools.show import DotMissing, fused_ids, neighbourhood, render_svg, summary, to_dot
 from . import (ExitCode, add_cache_option, add_graph_limit_options, add_rule_limit_option, add_set_option, fail,
                int_in, load_graph_arg, parse_sets)

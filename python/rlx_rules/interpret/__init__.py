@@ -2,7 +2,8 @@
 
 from .core import BACKENDS, Interpreter, random_values, run, supported_ops
 from .numerics import attention, erf, erfc, gelu, gelu_approx, layer_norm, rms_norm, rope, sigmoid, silu, softmax
-from .optable import UnsupportedOpError, register_op
+from ..errors import UnsupportedOpError
+from .optable import register_op
 from .weights import load_weights, weights_path
 
 __all__ = [

@@ -7,11 +7,11 @@ from typing import Mapping, Optional, Union
 import numpy as np
 
 from .. import facts
-from ..errors import GraphError
+from ..errors import GraphError, UnsupportedOpError
 from ..graph import Graph, Node, load_graph
 from .numerics import INT, check_dtype
 from . import ops_basic, ops_conv, ops_fused, ops_shape  # noqa: F401 - register their ops
-from .optable import MAX_ELEMENTS, OPS, UnsupportedOpError, check_elements
+from .optable import MAX_ELEMENTS, OPS, check_elements
 from .weights import load_weights
 
 

@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import GraphError, UnsupportedOpError
+from ..errors import GraphError
 from ..graph import Node
 from .numerics import feature_axis
 

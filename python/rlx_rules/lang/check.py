@@ -9,7 +9,8 @@ from ..errors import Diagnostic, RuleError
 from .registry import OpSpec, Registry
 from .scope import DEFAULT_PHASE, CheckedRules, PatternChecker, RuleScope
 from .exprtypes import (ANY, BOOL, MAX_EXPR_DEPTH, NOT_LITERAL, PARAM_TYPES, ExprTyper, Type, assignable, attr_type,
-                        comparable, expr_children, free_names, literal_value, param_type, suggest, value_fits)
+                        comparable, expr_children, free_names, literal_value, param_type, suggest)
+from .params import value_fits
 
 DEFAULT_MAX_ITERATIONS = 16
 MAX_LETS = 256  # per rule; lets are substituted where they are used, so their chains are bounded too

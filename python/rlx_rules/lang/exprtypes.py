@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from . import ast
-from .params import value_fits  # noqa: F401 - re-exported for the checker
 from .registry import AttrSpec
 
 MAX_EXPR_DEPTH = 64

@@ -6,7 +6,8 @@ import os
 from typing import Mapping, Optional, Sequence
 
 from .. import facts
-from ..safe_write import OutputRefused, check_target
+from ..errors import OutputRefused
+from ..safe_write import check_target
 from .common import MAX_ELEMENTS, OnnxImport, gc_paused
 from .converter import Converter
 from .model import load_model
