@@ -6,16 +6,18 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 from . import _native
 from .errors import ApplyError, Diagnostic, ParamError, ProgramError, RuleError
 from .graph import Graph, count_argument, load_graph
 from .lang import MAX_SOURCE_BYTES, cache as rule_cache
 from .lang.params import ParamValue, resolve
-from .lang.registry import Registry, builtin_registry
-from .report import Report
-from .tools.explain import NearMiss
+
+if TYPE_CHECKING:  # imported where used: a warm `check` (the compiled-rule cache) needs neither the registry
+    from .lang.registry import Registry  # nor, to print nothing, the report's classes
+    from .report import Report
+    from .tools.explain import NearMiss
 
 PathLike = Union[str, os.PathLike]
 
@@ -148,6 +150,8 @@ class RuleSet:
 
 
 def _report(report_json: str, params_in_force: dict) -> Report:
+    from .report import Report
+
     data = json.loads(report_json)
     data["params_in_force"] = params_in_force
     return Report.from_dict(data)
@@ -210,6 +214,7 @@ def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optiona
     from .lang.check import check
     from .lang.compile import compile_program
     from .lang.parse import parse_files
+    from .lang.registry import builtin_registry
 
     registry = registry or builtin_registry()
     parsed, sources = parse_files(files, max_bytes=max_bytes)
@@ -230,6 +235,7 @@ def compile_text(text: str, filename: str = "<rules>", *, params: Optional[Mappi
     from .lang.check import check
     from .lang.compile import compile_program
     from .lang.parse import parse_text
+    from .lang.registry import builtin_registry
 
     if not isinstance(text, str):
         raise ParamError(f"rule text must be a str, not {type(text).__name__}")

@@ -20,7 +20,7 @@ def default_output(graph_path: str) -> str:
 
 def default_rule_sets(graph) -> list[str]:
     """No -r: an imported ONNX graph (its "source" field) is lifted first (@onnx); any other gets @default."""
-    return ["@onnx"] if graph.to_dict().get("source") == "onnx" else []
+    return ["@onnx"] if graph.field("source") == "onnx" else []  # one field, not the whole graph as a dict
 
 
 def same_file(a: str, b: str) -> bool:
