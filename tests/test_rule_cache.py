@@ -148,7 +148,7 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, cache_dir, damage):
     raw = entry.read_bytes()
     body = {"garbage": None, "truncated": None, "valid digest, wrong shape": b'{"files": []}',
             "program the core refuses": json.dumps({"files": [], "outline": {"phases": [], "params": []},
-                                                    "warnings": []}).encode() + b"\n{}"}[damage]
+                                                    "warnings": [], "compact": 0}).encode() + b"\n{}"}[damage]
     if damage == "garbage":
         entry.write_bytes(b"\x00\xff not an entry")
     elif damage == "truncated":
@@ -157,10 +157,10 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, cache_dir, damage):
         import hashlib
         entry.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
     if damage == "program the core refuses":
-        assert rule_cache.load([path], 1 << 20)[0] == "{}"  # well-formed: only the core can tell
+        assert rule_cache.load([path], 1 << 20).text == "{}"  # well-formed: only the core can tell
     assert rlx_rules.compile_rules(path, cache=True).program == json.loads(json.dumps(expected))
     hit = rule_cache.load([path], 1 << 20)  # rewritten whole
-    assert hit is not None and json.loads(hit[0]) == json.loads(json.dumps(expected))
+    assert hit is not None and json.loads(hit.text) == json.loads(json.dumps(expected))
 
 
 def test_no_cache_writes_nothing(tmp_path, cache_dir, monkeypatch):

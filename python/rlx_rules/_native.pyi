@@ -91,8 +91,17 @@ class Program:
         Limits (None: 10 million rewrites, 600 s, 1000 iterations per phase) stop the apply with the work done;
         the report's `stop` is fixpoint, iteration_cap, rewrite_limit or time_budget. With on_limit="raise" a
         rewrite or time limit raises ApplyError holding that work; with "stop" it is returned."""
+    def to_bytes(self) -> bytes:
+        """The validated program in a compact binary form (postcard), for the compiled-rule cache."""
+    @staticmethod
+    def from_bytes(data: bytes) -> Program:
+        """A program that to_bytes of a build with the same program_layout() wrote; not validated again (the
+        cache checks its entry's SHA-256 first). Bytes that do not decode: ProgramError, kind "format"."""
     @property
     def rule_names(self) -> list[str]: ...
+
+def program_layout() -> str:
+    """A hash of what defines Program.to_bytes' layout and meaning in this build (hex), for cache keys."""
 
 # ---- kernels ----
 PARALLEL_MIN_FLOPS: float  # below it a call runs on the calling thread

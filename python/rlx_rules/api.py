@@ -55,11 +55,18 @@ class RuleSet:
     """Compiled rules, ready to apply. `program` is the JSON matcher program (see docs/program.md)."""
 
     def __init__(self, program: Union[dict, str], warnings: Sequence[Diagnostic] = (),
-                 params: Optional[Mapping[str, object]] = None, *, outline: Optional[Mapping[str, list]] = None):
+                 params: Optional[Mapping[str, object]] = None, *, outline: Optional[Mapping[str, list]] = None,
+                 compact: Optional[bytes] = None):
         """`program` as a dict, or as its JSON text with its `outline_of` (the compiled-rule cache): the text goes
-        to the core as it is, and is parsed in Python only when `.program` is read."""
+        to the core as it is, and is parsed in Python only when `.program` is read. `compact` (the cache only) is
+        the same program as `_native.Program.to_bytes()` wrote it, whole and of this build: the core loads it
+        instead of parsing and validating the text again (rlx_rules.lang.cache says when it may be trusted)."""
         text = program if isinstance(program, str) else None
-        self._native = _native.Program(json.dumps(program) if text is None else text)  # validates it first
+        if compact is not None:
+            self._native = _native.Program.from_bytes(compact)
+        else:
+            self._native = _native.Program(json.dumps(program) if text is None else text)  # validates it first
+        self._compact = compact
         self._text = text
         self._program = program if text is None else None
         self._outline = outline if text is not None and outline is not None else outline_of(self.program)
@@ -94,7 +101,8 @@ class RuleSet:
 
     def with_params(self, **params: object) -> "RuleSet":
         program = self._program if self._text is None else self._text
-        return RuleSet(program, self.warnings, {**self._overrides, **params}, outline=self._outline)
+        return RuleSet(program, self.warnings, {**self._overrides, **params}, outline=self._outline,
+                       compact=self._compact)
 
     def apply(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
               max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
@@ -205,9 +213,8 @@ def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optiona
     if cached:
         hit = rule_cache.load(files, max_bytes)
         if hit is not None:
-            text, outline, warnings = hit
             try:
-                return RuleSet(text, warnings, params, outline=outline)
+                return RuleSet(hit.text, hit.warnings, params, outline=hit.outline, compact=hit.compact)
             except ProgramError:  # an entry the core refuses is corrupt: compile, and write it again
                 pass
     from .lang.analyze import analyze
@@ -223,7 +230,7 @@ def compile_rules(paths: Union[PathLike, Sequence[PathLike]], *, params: Optiona
     program = compile_program(checked, registry, sources)
     rules = RuleSet(program, warnings, params)
     if cached:
-        rule_cache.store(files, sources, json.dumps(program), outline_of(program), warnings)
+        rule_cache.store(files, sources, json.dumps(program), outline_of(program), warnings, rules._native.to_bytes())
     return rules
 
 

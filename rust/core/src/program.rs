@@ -3,11 +3,15 @@
 //! Format and semantics are documented in `docs/program.md`. A program is validated when it is
 //! loaded, so that the matcher can index slots without checks: every slot an instruction reads
 //! is bound by an earlier instruction, and every index is in range.
+//!
+//! The resolved form also derives serde's traits, so that a compiled-rule cache can keep a validated program
+//! in a compact binary format (the binding uses postcard) and load it without parsing its JSON again; see
+//! [`RESOLVED_LAYOUT`] for what such an entry must be keyed by.
 
 use std::collections::HashMap;
 use std::fmt;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::builtins::Builtins;
@@ -18,6 +22,12 @@ pub const PROGRAM_VERSION: u64 = 1;
 pub const MAX_SLOTS: usize = 256;
 /// Upper bound on the nesting depth of a guard expression.
 pub const MAX_EXPR_DEPTH: usize = 64;
+
+/// The source text that defines the resolved form and its validation (this file, and the builtin functions'
+/// table it checks calls against). A resolved program stored by one build may be loaded only by a build with
+/// the same text: hash it into the key of anything that stores [`Program`] serialized.
+pub const RESOLVED_LAYOUT: [&str; 3] =
+    [include_str!("program.rs"), include_str!("builtins.rs"), crate::builtins::BUILTINS_JSON];
 
 /// What is wrong with a matcher program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,15 +201,16 @@ struct RawNewNode {
 // ---- the resolved form the matcher runs ----
 
 /// A parameter as declared; Python resolves the value in force and passes it to `apply`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ParamDecl {
     pub name: String,
     pub ty: String,
+    #[serde(with = "json_text")]
     pub default: Value,
     pub env: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BinOp {
     Add,
     Sub,
@@ -237,7 +248,7 @@ impl BinOp {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Builtin {
     Uses,
     IsOutput,
@@ -313,9 +324,9 @@ impl Builtin {
 }
 
 /// A guard or attribute expression.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Expr {
-    Lit(Value),
+    Lit(#[serde(with = "json_text")] Value),
     Slot(usize),
     Param(usize),
     Attr(String, Box<Expr>),
@@ -332,7 +343,7 @@ pub enum Expr {
 }
 
 /// One matcher instruction; see docs/program.md.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Instr {
     /// The node in `slot` must have one of `ops`.
     Op { slot: usize, ops: Vec<String> },
@@ -350,7 +361,7 @@ pub enum Instr {
     Guard { expr: Expr, loc: String, text: String },
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum NewInput {
     Slot(usize),
     New(usize),
@@ -358,7 +369,7 @@ pub enum NewInput {
     Spread(usize),
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NewNode {
     pub name: String,
     pub op: String,
@@ -372,7 +383,7 @@ pub struct NewNode {
 }
 
 /// A group: every node matching the rule's code with the same `shared` slots (see docs/program.md).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Group {
     pub min: usize,
     pub max: usize,
@@ -382,7 +393,7 @@ pub struct Group {
     pub per_member: Vec<bool>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rule {
     pub name: String,
     pub loc: String,
@@ -404,13 +415,13 @@ pub struct Rule {
     pub group_guards: Vec<Instr>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Quantifier {
     Any,
     All,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Gate {
     pub name: String,
     /// `any`/`all` over the nodes with op `op` (bound to slot 0), or None for a plain expression.
@@ -420,7 +431,7 @@ pub struct Gate {
     pub text: String,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Phase {
     pub name: String,
     pub max_iterations: u32,
@@ -428,7 +439,7 @@ pub struct Phase {
     pub rules: Vec<usize>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Program {
     pub params: Vec<ParamDecl>,
     pub gates: Vec<Gate>,
@@ -520,6 +531,22 @@ impl Program {
 
     pub fn rule(&self, name: &str) -> Option<&Rule> {
         self.rules.iter().find(|r| r.name == name)
+    }
+}
+
+/// A JSON value as its text, for binary formats that hold only what a type declares (serde_json's Value asks
+/// the format what comes next, which postcard cannot say).
+mod json_text {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(value: &Value, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&value.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        serde_json::from_str(&String::deserialize(d)?).map_err(D::Error::custom)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyString};
+use pyo3::types::{PyBytes, PyInt, PyString};
 
 use rlx_rules_core::apply::{apply_borrowed, time_budget_from_secs, ApplyOptions, Report};
 use rlx_rules_core::explain::ExplainOptions;
@@ -189,6 +189,24 @@ impl PyProgram {
         Ok((out, report_json))
     }
 
+    /// The validated program in postcard's compact binary form, for the compiled-rule cache (lang/cache.py):
+    /// `from_bytes` loads it without parsing and validating the JSON again.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = postcard::to_allocvec(&self.inner)
+            .map_err(|e| new_err(Class::Program, "format", format!("the program cannot be serialized: {e}")))?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A program that `to_bytes` of a build with the same `program_layout()` wrote. It is not validated again:
+    /// only a caller that knows the bytes are such a program's, whole (the cache checks a SHA-256 of its entry,
+    /// keyed by `program_layout()`), may use it. Bytes that do not decode are a ProgramError (kind "format").
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<PyProgram> {
+        let decoded = py.detach(|| postcard::from_bytes::<Program>(data));
+        let inner = decoded.map_err(|e| new_err(Class::Program, "format", format!("the compact program does not decode: {e}")))?;
+        Ok(PyProgram { inner })
+    }
+
     /// Rule names in the order they are tried.
     #[getter]
     fn rule_names(&self) -> Vec<String> {
@@ -196,9 +214,24 @@ impl PyProgram {
     }
 }
 
+/// A hash of what defines `Program.to_bytes`' layout and meaning (the core's RESOLVED_LAYOUT sources and this
+/// crate's version), as hex: part of the compiled-rule cache's key, so that bytes written by another build are
+/// never decoded.
+#[pyfunction]
+fn program_layout() -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let halves = [0u8, 1].map(|seed| {
+        let mut h = DefaultHasher::new();
+        (seed, env!("CARGO_PKG_VERSION"), rlx_rules_core::program::RESOLVED_LAYOUT).hash(&mut h);
+        h.finish()
+    });
+    format!("{:016x}{:016x}", halves[0], halves[1])
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
     m.add_class::<PyProgram>()?;
+    m.add_function(wrap_pyfunction!(program_layout, m)?)?;
     Ok(())
 }
 
