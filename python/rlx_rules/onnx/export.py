@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from ..errors import ExportError
 from .export_builder import MS_DOMAIN, Builder, node_label, tensor_info
 from .export_ops import EXPORTS
+from . import export_skip
 
 __all__ = ["EXPORTS", "ExportError", "export_onnx", "to_onnx", "write_onnx"]
 
@@ -43,6 +44,17 @@ def reachable(graph) -> set[int]:
     return live
 
 
+def live_nodes(nodes: list, outputs: Sequence[str]) -> list:
+    """The nodes the outputs read, in order (a mapping may read past a node it wrote, e.g. attention past a head
+    transpose; only the initializers and value_info of what is left are written)."""
+    need, keep = set(outputs), []
+    for node in reversed(nodes):
+        if any(o and o in need for o in node.output):
+            keep.append(node)
+            need.update(i for i in node.input if i)
+    return keep[::-1]
+
+
 def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset: Optional[int] = None,
             output_names: Optional[Sequence[str]] = None) -> onnx.ModelProto:
     """The graph as an ONNX model (in memory). `weights` defaults to the graph's weights file; `output_names`
@@ -56,8 +68,11 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
     b = Builder(graph, weights, max(opset or source_opset(graph), MIN_OPSET))
     outputs = set(graph.outputs)
     live = reachable(graph)
+    skips, biased = export_skip.plan(graph, b, live)  # residual Add -> the norm written with it (and the bias)
+    readers = {i: sum(i in m.inputs for m in graph.nodes if m.id in live) for i in skips}
+    bias_later = set(biased.values())  # FusedMatMulBiasAct written as MatMul: the Skip*Normalization adds the bias
     for n in graph.nodes:
-        if n.id not in live:
+        if n.id not in live or n.id in b.names:  # a weight already read, a norm already written with its Add
             continue
         if n.op in ("Input", "Param", "Constant"):
             b.names[n.id] = b.leaf(n)
@@ -65,9 +80,20 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
         entry = EXPORTS.get(n.op)
         if entry is None:
             raise ExportError(f"{node_label(n)}: op {n.op!r} has no ONNX mapping (docs/export.md lists the ops)")
-        out = entry.emit(b, n, [b.names[i] for i in n.inputs])
+        ins = [b.names[i] for i in n.inputs]
+        if n.id in skips:
+            norm, bias_of = graph.node(skips[n.id]), graph.node(biased[n.id]) if n.id in biased else None
+            out, b.names[norm.id] = export_skip.emit(b, n, norm, ins, readers[n.id] > 1 or n.id in outputs, bias_of)
+            if norm.id not in outputs:
+                b.annotate(norm, b.names[norm.id])
+        elif n.id in biased:  # RLX's residual norm
+            out = export_skip.emit_residual(b, n, ins, graph.node(biased[n.id]))
+        elif n.id in bias_later:
+            out = b.op("MatMul", ins[:2], n.name or f"n{n.id}")
+        else:
+            out = entry.emit(b, n, ins)
         b.names[n.id] = out
-        if n.id not in outputs:
+        if n.id not in outputs and out:
             b.annotate(n, out)
     graph_outputs, seen = [], set()
     for k, nid in enumerate(graph.outputs):
@@ -85,9 +111,13 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
             name = want
         seen.add(name)
         graph_outputs.append(tensor_info(name, n.dtype, n.shape, n))
+    nodes = live_nodes(b.nodes, [o.name for o in graph_outputs])
+    read = {i for node in nodes for i in node.input} | {o.name for o in graph_outputs}
+    written = {o for node in nodes for o in node.output}
     model = helper.make_model(
-        helper.make_graph(b.nodes, graph.name or "rlx_rules", b.inputs, graph_outputs, b.initializers,
-                          value_info=b.value_info),
+        helper.make_graph(nodes, graph.name or "rlx_rules", b.inputs, graph_outputs,
+                          [t for t in b.initializers if t.name in read],
+                          value_info=[v for v in b.value_info if v.name in written]),
         opset_imports=[helper.make_opsetid("", b.opset), helper.make_opsetid(MS_DOMAIN, 1)],
         producer_name="rlx-rules")
     model.ir_version = min(model.ir_version, 10)

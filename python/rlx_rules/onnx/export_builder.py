@@ -54,9 +54,10 @@ class Builder:
         return name
 
     def op(self, op_type: str, inputs: Sequence[str], hint: str, *, n_out: int = 1, domain: str = "",
-           **attrs: Any) -> Any:
-        """Add one ONNX node; returns its output name (a list of names when n_out > 1)."""
-        outs = [self.fresh(f"{hint}/{op_type}" + (f":{k}" if k else "")) for k in range(n_out)]
+           unused: Sequence[int] = (), **attrs: Any) -> Any:
+        """Add one ONNX node; returns its output name (a list of names when n_out > 1; "" for the optional
+        outputs listed in `unused`, which the op then does not compute)."""
+        outs = ["" if k in unused else self.fresh(f"{hint}/{op_type}" + (f":{k}" if k else "")) for k in range(n_out)]
         if domain == MS_DOMAIN:
             self.contrib.add(op_type)
         attrs = {k: v for k, v in attrs.items() if v is not None}
@@ -84,6 +85,16 @@ class Builder:
     # ---- what the graph says about a node ------------------------------------------------------------------------
     def node(self, nid: int):
         return self.by_id[nid]
+
+    def readers(self, nid: int) -> list:
+        """The nodes that read node `nid` (once each), graph outputs not counted."""
+        if "readers" not in self.cache:
+            table: dict[int, list] = {}
+            for n in self.graph.nodes:
+                for i in dict.fromkeys(n.inputs):
+                    table.setdefault(i, []).append(n)
+            self.cache["readers"] = table
+        return self.cache["readers"].get(nid, [])
 
     def shape(self, nid: int) -> Optional[list]:
         s = self.by_id[nid].shape
@@ -116,6 +127,16 @@ class Builder:
         return v is not None and v.size > 0 and not np.any(v)
 
     # ---- leaves -------------------------------------------------------------------------------------------------
+    def name_of(self, nid: int) -> str:
+        """The tensor of node `nid`; a Param or Constant not written yet is written now (initializers have no
+        order), so a mapping may read a weight that comes later in the graph."""
+        if nid not in self.names:
+            n = self.by_id[nid]
+            if n.op not in ("Param", "Constant"):
+                raise ExportError(f"{node_label(n)}: read before it is written")
+            self.names[nid] = self.leaf(n)
+        return self.names[nid]
+
     def leaf(self, n) -> str:
         if n.op == "Input":
             name = self.fresh(n.name or f"input_{n.id}")

@@ -12,7 +12,7 @@ from onnx import AttributeProto, helper
 from ..errors import ExportError
 from .common import FOLDED_INPUTS
 from .export_builder import ONNX_TYPES, Builder, node_label
-from . import export_fused as fused
+from . import export_attention as attention, export_fused as fused
 
 INT64_MIN = -(2**63)
 
@@ -271,7 +271,7 @@ EXPORTS: dict[str, Export] = {
     "Conv": Export("Conv (pads [top, left, bottom, right])", emit_conv),
     "Softmax": Export("Softmax", lambda b, n, ins: b.op("Softmax", ins, label(n), axis=int(n.attrs["axis"]))),
     "Attention": Export("com.microsoft MultiHeadAttention (masks as an exact additive bias; GQA heads repeated)",
-                        fused.emit_attention),
+                        attention.emit_attention),
     "Rope": Export("com.microsoft RotaryEmbedding (interleaved for GptJ, rotary_embedding_dim = n_rot)",
                    fused.emit_rope),
     "Reshape": Export("Reshape (allowzero when a dim is 0)", emit_reshape),

@@ -1,0 +1,92 @@
+"""ONNX export of a residual Add read by a LayerNorm or RmsNorm (and by other nodes): one com.microsoft
+SkipLayerNormalization / SkipSimplifiedLayerNormalization, whose fourth output is the sum the other readers take.
+
+Pre-norm transformers read each residual sum twice (the next norm, the next residual), so RLX's FusedResidualLN
+(one output) does not match them, and ONNX Runtime's own session fusion takes only an Add with a single reader:
+without this the sum and the norm are two kernels and the norm reads the sum back from memory.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .export_builder import MS_DOMAIN, Builder
+from .export_fused import has_vector_shape, label, plus_beta, residual_parts, skip_ok
+
+NORMS = ("LayerNorm", "RmsNorm")
+RESIDUAL = ("FusedResidualLN", "FusedResidualRmsNorm")
+DTYPES = ("f32", "f16")
+
+
+def _norm_ok(b: Builder, norm, width) -> bool:
+    axis = int(norm.attrs.get("axis", -1))
+    if axis not in (-1, 2) or norm.dtype not in DTYPES:
+        return False
+    params = norm.inputs[1:3]  # γ, β: weights; RmsNorm's β is added after (any shape that broadcasts)
+    vectors = params if norm.op == "LayerNorm" else params[:1]
+    return len(params) == 2 and all(b.node(p).op in ("Param", "Constant") for p in params) and \
+        all(has_vector_shape(b, p, width) for p in vectors)
+
+
+def bias_source(b: Builder, nid: int, readers, width, outputs) -> bool:
+    """Node `nid` is a FusedMatMulBiasAct without activation, with a vector bias and no other reader (nor a graph
+    output): its bias can be the Skip*Normalization's bias input (one kernel adds x, skip and bias)."""
+    n = b.node(nid)
+    return n.op == "FusedMatMulBiasAct" and n.attrs.get("activation") is None and len(n.inputs) == 3 and \
+        len(readers[nid]) == 1 and nid not in outputs and has_vector_shape(b, n.inputs[2], width) and b.dtype(n.inputs[2]) == n.dtype
+
+
+def plan(graph, b: Builder, live: set[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """(Add node id -> the norm it becomes one Skip*Normalization with, Add node id -> the FusedMatMulBiasAct whose
+    bias that node adds): a live two-input Add of rank-3 operands of one shape (what the contrib kernels take),
+    read as input 0 by a last-axis norm with vector γ and β."""
+    readers = defaultdict(list)
+    for n in graph.nodes:
+        if n.id in live:
+            for i in n.inputs:
+                readers[i].append(n)
+    out, biased = {}, {}
+    for n in graph.nodes:
+        if n.op != "Add" or n.id not in live or len(n.inputs) != 2 or n.dtype not in DTYPES:
+            continue
+        s, xs, rs = b.shape(n.id), b.shape(n.inputs[0]), b.shape(n.inputs[1])
+        if s is None or len(s) != 3 or xs != s or rs != s or any(b.dtype(i) != n.dtype for i in n.inputs):
+            continue
+        norm = next((u for u in readers[n.id] if u.op in NORMS and u.inputs[0] == n.id and u.dtype == n.dtype
+                     and _norm_ok(b, u, s[-1])), None)
+        if norm is not None and norm.id not in out.values():
+            out[n.id] = norm.id
+    for n in graph.nodes:  # the residual Adds above, and RLX's own residual norms without a bias
+        if n.id in out or n.op in RESIDUAL and n.id in live and len(n.inputs) == 4 and not n.attrs.get("has_bias") \
+                and skip_ok(b, n, residual_parts(n, [""] * 4)):
+            width = b.shape(n.inputs[0])[-1]
+            src = next((i for i in n.inputs[:2] if bias_source(b, i, readers, width, set(graph.outputs))), None)
+            if src is not None:
+                biased[n.id] = src
+    return out, biased
+
+
+def emit_residual(b: Builder, n, ins: list[str], bias_of) -> str:
+    """RLX's FusedResidualLN / FusedResidualRmsNorm (no bias of its own) adding `bias_of`'s bias too."""
+    bias, eps = b.name_of(bias_of.inputs[2]), float(n.attrs["eps"])
+    if n.op == "FusedResidualLN":
+        return b.op("SkipLayerNormalization", [*ins, bias], label(n), domain=MS_DOMAIN, epsilon=eps)
+    y = b.op("SkipSimplifiedLayerNormalization", [*ins[:3], bias], label(n), domain=MS_DOMAIN, epsilon=eps)
+    return plus_beta(b, y, n.inputs[3], ins[3], label(n))
+
+
+def emit(b: Builder, add, norm, ins: list[str], sum_read: bool, bias_of=None) -> tuple[str, str]:
+    """(the sum, the norm's output); the sum is not computed when nothing else reads it (`sum_read`); `bias_of`:
+    the FusedMatMulBiasAct (written as its MatMul alone) whose bias the kernel adds."""
+    gamma, beta = b.name_of(norm.inputs[1]), b.name_of(norm.inputs[2])
+    bias = [b.name_of(bias_of.inputs[2])] if bias_of is not None else []
+    eps, hint = float(norm.attrs["eps"]), label(norm)
+    unused = (1, 2) if sum_read else (1, 2, 3)
+    if norm.op == "LayerNorm":
+        y, _, _, total = b.op("SkipLayerNormalization", [ins[0], ins[1], gamma, beta, *bias], hint, n_out=4,
+                              unused=unused, domain=MS_DOMAIN, epsilon=eps)
+    else:
+        y, _, _, total = b.op("SkipSimplifiedLayerNormalization", [ins[0], ins[1], gamma, *bias], hint, n_out=4,
+                              unused=unused, domain=MS_DOMAIN, epsilon=eps)
+        y = plus_beta(b, y, norm.inputs[2], beta, hint)
+    return total, y

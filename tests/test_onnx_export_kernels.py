@@ -1,0 +1,134 @@
+"""ONNX export, the kernel choices made for speed (export_skip.py, export_attention.py): each one against the
+interpreter in ONNX Runtime, and the cases where a contrib op's semantics differ, so the exporter does not use it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from rlx_rules.graph_builder import GraphBuilder  # noqa: E402
+
+from test_onnx_export import attention_graph, check, keep_mask  # noqa: E402 - tests/: the shared checks
+
+
+def ops(model):
+    return [n.op_type for n in model.graph.node]
+
+
+# ---- residual sums read twice: Skip*Normalization with its sum output ------------------------------------------
+@pytest.mark.parametrize("norm", ["LayerNorm", "RmsNorm"])
+@pytest.mark.parametrize("projected", [False, True])
+def test_a_residual_read_twice_is_one_skip_norm_with_its_sum(norm, projected):
+    g = GraphBuilder("pre_norm", default_dtype="f32")
+    x = g.add("Input", shape=[2, 3, 8], name="x")
+    r = g.add("Input", shape=[2, 3, 8], name="r")
+    if projected:  # a projection's bias goes into the skip norm (its MatMul is written alone)
+        r = g.add("FusedMatMulBiasAct", [r, g.add("Param", shape=[8, 8], name="w"), g.add("Param", shape=[8], name="bias")],
+                  {"activation": None}, [2, 3, 8])
+    s = g.add("Add", [x, r], shape=[2, 3, 8])
+    gamma, beta = g.add("Param", shape=[8], name="g"), g.add("Param", shape=[8], name="beta")
+    y = g.add(norm, [s, gamma, beta], {"axis": -1, "eps": 1e-5}, [2, 3, 8])
+    out = g.add("Mul", [s, y], shape=[2, 3, 8])  # the sum read again, as the next residual reads it
+    model = check(g.graph([out]))
+    kind = "SkipLayerNormalization" if norm == "LayerNorm" else "SkipSimplifiedLayerNormalization"
+    skip = next(n for n in model.graph.node if n.op_type == kind)
+    assert skip.output[3] and "Add" not in ops(model) or norm == "RmsNorm"  # RmsNorm adds its β after
+    assert len(skip.input) == (5 if norm == "LayerNorm" else 4) if projected else True
+    assert ("Gemm" not in ops(model)) and ops(model).count("MatMul") == int(projected)
+
+
+def test_a_norm_over_a_matrix_gamma_stays_two_kernels():
+    """SkipLayerNormalization takes vector γ and β only: a [3, 8] γ keeps the Add and LayerNormalization."""
+    g = GraphBuilder("matrix_gamma", default_dtype="f32")
+    x, r = g.add("Input", shape=[2, 3, 8], name="x"), g.add("Input", shape=[2, 3, 8], name="r")
+    s = g.add("Add", [x, r], shape=[2, 3, 8])
+    y = g.add("LayerNorm", [s, g.add("Param", shape=[3, 8], name="g"), g.add("Param", shape=[8], name="b")],
+              {"axis": -1, "eps": 1e-5}, [2, 3, 8])
+    model = check(g.graph([g.add("Mul", [s, y], shape=[2, 3, 8])]))
+    assert "SkipLayerNormalization" not in ops(model)
+
+
+@pytest.mark.parametrize("op", ["FusedResidualLN", "FusedResidualRmsNorm"])
+def test_residual_norm_takes_the_projection_bias(op):
+    g = GraphBuilder(op, default_dtype="f32")
+    x, h = g.add("Input", shape=[2, 3, 8], name="x"), g.add("Input", shape=[2, 3, 6], name="h")
+    proj = g.add("FusedMatMulBiasAct", [h, g.add("Param", shape=[6, 8], name="w"), g.add("Param", shape=[8], name="b")],
+                 {"activation": None}, [2, 3, 8])
+    y = g.add(op, [x, proj, g.add("Param", shape=[8], name="g"), g.add("Param", shape=[8], name="beta")],
+              {"has_bias": False, "eps": 1e-5}, [2, 3, 8])
+    model = check(g.graph([y]))
+    assert "Add" not in ops(model) or op == "FusedResidualRmsNorm"
+    assert len(next(n for n in model.graph.node if n.op_type.startswith("Skip")).input) == (5 if op == "FusedResidualLN" else 4)
+
+
+# ---- attention: multi-query folded, BNSH k/v, packed projections -----------------------------------------------
+MASKS = [("None", None), ("Causal", None), ("SlidingWindow", None), ("Custom", [2, 1, 5, 5]), ("Custom", [2, 5]),
+         ("Custom", [2, 5, 5]), ("Custom", [2, 4, 5, 5]), ("Bias", [2, 4, 5, 5])]
+
+
+def mask_inputs(kind, shape):
+    if kind == "Custom":
+        return {"mask": keep_mask(shape)}  # a fully masked row included
+    return {"mask": np.random.default_rng(2).standard_normal(shape).astype(np.float32)} if kind == "Bias" else None
+
+
+@pytest.mark.parametrize("layout", ["bsh", "bshd"])
+@pytest.mark.parametrize("kind,mask_shape", MASKS)
+def test_multi_query_attention_is_folded_not_repeated(layout, kind, mask_shape):
+    extra = {"window": 2} if kind == "SlidingWindow" else {}
+    graph = attention_graph(kind, heads=4, kv_heads=1, layout=layout, mask_shape=mask_shape,
+                            mask_dtype="f32" if kind == "Bias" else "bool", **extra)
+    model = check(graph, inputs=mask_inputs(kind, mask_shape))
+    mha = next(n for n in model.graph.node if n.op_type == "MultiHeadAttention")
+    assert [a.i for a in mha.attribute if a.name == "num_heads"] == [1]  # Sq·H query rows on the one kv head
+    assert "unidirectional" not in {a.name for a in mha.attribute}  # a row's position is not its index
+
+
+@pytest.mark.parametrize("mask_shape", [[2, 1, 5, 5], [2, 5], [2, 4, 5, 5]])
+def test_multi_query_attention_with_zeroed_dead_rows(mask_shape):
+    check(attention_graph("Custom", heads=4, kv_heads=1, mask_shape=mask_shape, masked_rows="zero"),
+          inputs={"mask": keep_mask(mask_shape)})
+
+
+def test_bhsd_keys_go_to_multi_head_attention_as_they_are():
+    model = check(attention_graph("Custom", heads=4, layout="bhsd", mask_shape=[2, 1, 5, 5]),
+                  inputs={"mask": keep_mask([2, 1, 5, 5])})
+    mha = next(n for n in model.graph.node if n.op_type == "MultiHeadAttention")
+    assert mha.input[1] == "k" and mha.input[2] == "v"  # BNSH key and value, no transpose
+
+
+def packed_graph(kind="Custom", mask_shape=(2, 1, 5, 5), extra_reader=False, has_bias=True, **attrs):
+    g = GraphBuilder("packed", default_dtype="f32")
+    x = g.add("Input", shape=[2, 5, 6], name="x")
+    w = g.add("Param", shape=[6, 24], name="w")
+    if has_bias:
+        p = g.add("FusedMatMulBiasAct", [x, w, g.add("Param", shape=[24], name="b")], {"activation": None}, [2, 5, 24])
+    else:
+        p = g.add("MatMul", [x, w], shape=[2, 5, 24])
+    q, k, v = (g.add("Narrow", [p], {"axis": 2, "start": 8 * j, "len": 8}, [2, 5, 8]) for j in range(3))
+    ins = [q, k, v] + ([g.add("Input", shape=list(mask_shape), name="mask", dtype="bool")] if mask_shape else [])
+    y = g.add("Attention", ins, {"num_heads": 2, "head_dim": 4, "mask_kind": kind, "score_scale": None,
+                                 "attn_logit_softcap": None, **attrs}, [2, 5, 8])
+    return g.graph([y, p] if extra_reader else [y])
+
+
+@pytest.mark.parametrize("kind,mask_shape,has_bias", [("Custom", (2, 1, 5, 5), True), ("Causal", None, True),
+                                                      ("None", None, False), ("Custom", (2, 5), False)])
+def test_packed_projection_is_one_attention_op(kind, mask_shape, has_bias):
+    model = check(packed_graph(kind, mask_shape, has_bias=has_bias),
+                  inputs={"mask": keep_mask(list(mask_shape))} if mask_shape else None)
+    att = next(n for n in model.graph.node if n.op_type == "Attention")
+    assert "MultiHeadAttention" not in ops(model) and "Split" not in ops(model) and "Slice" not in ops(model)
+    # never mask_index: with its -10000 fill a fully masked row is not uniform (ONNX Runtime 1.2x: 4.0 off)
+    assert len(att.input) < 4 or att.input[3] == ""
+
+
+def test_packed_projection_read_elsewhere_keeps_its_matmul():
+    model = check(packed_graph(extra_reader=True), inputs={"mask": keep_mask([2, 1, 5, 5])})
+    assert "Attention" not in ops(model) and "MultiHeadAttention" in ops(model)
+
+
+def test_packed_projection_with_zeroed_dead_rows():
+    check(packed_graph(masked_rows="zero"), inputs={"mask": keep_mask([2, 1, 5, 5])})
