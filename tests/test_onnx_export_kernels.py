@@ -132,3 +132,18 @@ def test_packed_projection_read_elsewhere_keeps_its_matmul():
 
 def test_packed_projection_with_zeroed_dead_rows():
     check(packed_graph(masked_rows="zero"), inputs={"mask": keep_mask([2, 1, 5, 5])})
+
+
+def test_attention_block_output_bias_goes_to_the_residual_norm():
+    g = GraphBuilder("block_norm", default_dtype="f32")
+    x = g.add("Input", shape=[2, 5, 8], name="hidden")
+    ins = [x, g.add("Param", shape=[8, 24], name="qkv_w"), g.add("Param", shape=[8, 8], name="out_w"),
+           g.add("Input", shape=[2, 1, 5, 5], name="mask", dtype="bool"), g.add("Param", shape=[24], name="qkv_b"),
+           g.add("Param", shape=[8], name="out_b")]
+    y = g.add("FusedAttentionBlock", ins, {"num_heads": 2, "head_dim": 4, "has_bias": True, "has_rope": False},
+              [2, 5, 8])
+    z = g.add("FusedResidualLN", [y, x, g.add("Param", shape=[8], name="g"), g.add("Param", shape=[8], name="b")],
+              {"has_bias": False, "eps": 1e-5}, [2, 5, 8])
+    model = check(g.graph([z]), inputs={"mask": keep_mask([2, 1, 5, 5])})
+    skip = next(n for n in model.graph.node if n.op_type == "SkipLayerNormalization")
+    assert len(skip.input) == 5 and "Add" not in ops(model)

@@ -70,7 +70,7 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
     live = reachable(graph)
     skips, biased = export_skip.plan(graph, b, live)  # residual Add -> the norm written with it (and the bias)
     readers = {i: sum(i in m.inputs for m in graph.nodes if m.id in live) for i in skips}
-    bias_later = set(biased.values())  # FusedMatMulBiasAct written as MatMul: the Skip*Normalization adds the bias
+    bias_later = set(biased.values())  # written without their last bias: a Skip*Normalization adds it
     for n in graph.nodes:
         if n.id not in live or n.id in b.names:  # a weight already read, a norm already written with its Add
             continue
@@ -89,7 +89,7 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
         elif n.id in biased:  # RLX's residual norm
             out = export_skip.emit_residual(b, n, ins, graph.node(biased[n.id]))
         elif n.id in bias_later:
-            out = b.op("MatMul", ins[:2], n.name or f"n{n.id}")
+            out = export_skip.emit_unbiased(b, n, ins)
         else:
             out = entry.emit(b, n, ins)
         b.names[n.id] = out

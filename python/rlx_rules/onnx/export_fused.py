@@ -210,10 +210,10 @@ def attention_block(b: Builder, n, hidden: str, hidden_id: int, qkv_w: str, qkv_
     return b.op("Add", [y, out_b], hint) if out_b else y
 
 
-def emit_attention_block(b, n, ins):
+def emit_attention_block(b, n, ins, with_out_bias: bool = True):
     a = n.attrs
     has_bias, has_rope = bool(a.get("has_bias")), bool(a.get("has_rope"))
-    qkv_b, out_b = (ins[4], ins[5]) if has_bias else (None, None)
+    qkv_b, out_b = (ins[4], ins[5] if with_out_bias else None) if has_bias else (None, None)
     r = 4 + 2 * has_bias
     tables = (ins[r], ins[r + 1], n.inputs[r]) if has_rope else None
     return attention_block(b, n, ins[0], n.inputs[0], ins[1], qkv_b, ins[2], out_b, ins[3], n.inputs[3], tables,

@@ -9,9 +9,10 @@ without this the sum and the norm are two kernels and the norm reads the sum bac
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Optional
 
 from .export_builder import MS_DOMAIN, Builder
-from .export_fused import has_vector_shape, label, plus_beta, residual_parts, skip_ok
+from .export_fused import emit_attention_block, has_vector_shape, label, plus_beta, residual_parts, skip_ok
 
 NORMS = ("LayerNorm", "RmsNorm")
 RESIDUAL = ("FusedResidualLN", "FusedResidualRmsNorm")
@@ -28,12 +29,30 @@ def _norm_ok(b: Builder, norm, width) -> bool:
         all(has_vector_shape(b, p, width) for p in vectors)
 
 
+def bias_of(b: Builder, n) -> Optional[int]:
+    """The node id of the vector bias `n` adds last: a FusedMatMulBiasAct's without activation, a
+    FusedAttentionBlock's output bias."""
+    if n.op == "FusedMatMulBiasAct" and n.attrs.get("activation") is None and len(n.inputs) == 3:
+        return n.inputs[2]
+    if n.op == "FusedAttentionBlock" and n.attrs.get("has_bias"):
+        return n.inputs[5]
+    return None
+
+
 def bias_source(b: Builder, nid: int, readers, width, outputs) -> bool:
-    """Node `nid` is a FusedMatMulBiasAct without activation, with a vector bias and no other reader (nor a graph
-    output): its bias can be the Skip*Normalization's bias input (one kernel adds x, skip and bias)."""
+    """Node `nid` adds a vector bias last and has no other reader (nor is a graph output): the Skip*Normalization
+    can add that bias instead (one kernel adds x, skip and bias)."""
     n = b.node(nid)
-    return n.op == "FusedMatMulBiasAct" and n.attrs.get("activation") is None and len(n.inputs) == 3 and \
-        len(readers[nid]) == 1 and nid not in outputs and has_vector_shape(b, n.inputs[2], width) and b.dtype(n.inputs[2]) == n.dtype
+    bias = bias_of(b, n)
+    return bias is not None and len(readers[nid]) == 1 and nid not in outputs and has_vector_shape(b, bias, width) \
+        and b.dtype(bias) == n.dtype
+
+
+def emit_unbiased(b: Builder, n, ins: list[str]) -> str:
+    """`n` without its last bias (a Skip*Normalization adds it)."""
+    if n.op == "FusedMatMulBiasAct":
+        return b.op("MatMul", ins[:2], label(n))
+    return emit_attention_block(b, n, ins, with_out_bias=False)
 
 
 def plan(graph, b: Builder, live: set[int]) -> tuple[dict[int, int], dict[int, int]]:
@@ -66,20 +85,20 @@ def plan(graph, b: Builder, live: set[int]) -> tuple[dict[int, int], dict[int, i
     return out, biased
 
 
-def emit_residual(b: Builder, n, ins: list[str], bias_of) -> str:
-    """RLX's FusedResidualLN / FusedResidualRmsNorm (no bias of its own) adding `bias_of`'s bias too."""
-    bias, eps = b.name_of(bias_of.inputs[2]), float(n.attrs["eps"])
+def emit_residual(b: Builder, n, ins: list[str], source) -> str:
+    """RLX's FusedResidualLN / FusedResidualRmsNorm (no bias of its own) adding `source`'s last bias too."""
+    bias, eps = b.name_of(bias_of(b, source)), float(n.attrs["eps"])
     if n.op == "FusedResidualLN":
         return b.op("SkipLayerNormalization", [*ins, bias], label(n), domain=MS_DOMAIN, epsilon=eps)
     y = b.op("SkipSimplifiedLayerNormalization", [*ins[:3], bias], label(n), domain=MS_DOMAIN, epsilon=eps)
     return plus_beta(b, y, n.inputs[3], ins[3], label(n))
 
 
-def emit(b: Builder, add, norm, ins: list[str], sum_read: bool, bias_of=None) -> tuple[str, str]:
-    """(the sum, the norm's output); the sum is not computed when nothing else reads it (`sum_read`); `bias_of`:
-    the FusedMatMulBiasAct (written as its MatMul alone) whose bias the kernel adds."""
+def emit(b: Builder, add, norm, ins: list[str], sum_read: bool, source=None) -> tuple[str, str]:
+    """(the sum, the norm's output); the sum is not computed when nothing else reads it (`sum_read`); `source`:
+    the node (written without it) whose bias the kernel adds."""
     gamma, beta = b.name_of(norm.inputs[1]), b.name_of(norm.inputs[2])
-    bias = [b.name_of(bias_of.inputs[2])] if bias_of is not None else []
+    bias = [b.name_of(bias_of(b, source))] if source is not None else []
     eps, hint = float(norm.attrs["eps"]), label(norm)
     unused = (1, 2) if sum_read else (1, 2, 3)
     if norm.op == "LayerNorm":
