@@ -102,6 +102,8 @@ class Program:
 
 def program_layout() -> str:
     """A hash of what defines Program.to_bytes' layout and meaning in this build (hex), for cache keys."""
+def sha256_hex(parts: list[bytes]) -> str:
+    """The SHA-256 of the parts concatenated, as hex (the compiled-rule cache's hash, without loading OpenSSL)."""
 
 # ---- kernels ----
 PARALLEL_MIN_FLOPS: float  # below it a call runs on the calling thread

@@ -6,10 +6,12 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .records import Record, list_of
-from .tools.explain import NearMiss, format_miss
+
+if TYPE_CHECKING:  # loaded by the reports that hold near misses (explain), not by every apply's
+    from .tools.explain import NearMiss
 
 
 class StopReason(str, enum.Enum):
@@ -61,6 +63,15 @@ class PhaseReport(Record):
     NESTED = {"stop": StopReason, "rules": list_of(RuleStats)}
 
 
+def _near_misses(items: list) -> list[NearMiss]:
+    """The report's "near_misses" as records (tools.explain, imported only when a report has some)."""
+    if not items:
+        return []
+    from .tools.explain import NearMiss
+
+    return list_of(NearMiss)(items)
+
+
 @dataclass
 class Report(Record):
     """What an apply did, as typed records. `to_dict()` (and `data`) is the JSON form; `report["field"]` reads
@@ -79,7 +90,7 @@ class Report(Record):
     stop: Optional[StopReason] = None  # as the core reports it; see stop_reason
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
-    NESTED = {"phases": list_of(PhaseReport), "near_misses": list_of(NearMiss), "stop": StopReason}
+    NESTED = {"phases": list_of(PhaseReport), "near_misses": _near_misses, "stop": StopReason}
 
     @property
     def data(self) -> dict:
@@ -141,6 +152,8 @@ class Report(Record):
         lines.append(self.fusion_summary())
         if self.near_misses:
             lines.append("near misses (rules that fired zero times):")
+            from .tools.explain import format_miss
+
             lines.extend("  " + line for record in self.near_misses for line in format_miss(record).splitlines())
         before, after = self.ops_before, self.ops_after
         changed = sorted(op for op in set(before) | set(after) if before.get(op, 0) != after.get(op, 0))

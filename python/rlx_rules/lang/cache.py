@@ -26,7 +26,6 @@ the cache off. Deleting the folder at any time is safe.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import stat
@@ -34,6 +33,7 @@ from importlib import util as importlib_util
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
+from .._native import sha256_hex
 from ..errors import Diagnostic
 
 # Bump when the entry layout or anything stored in it changes meaning.
@@ -57,11 +57,8 @@ def enabled() -> bool:
 
 
 def _digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.hexdigest()
+    """The SHA-256 of `parts`, each preceded by its length (in the core: hashlib would load OpenSSL)."""
+    return sha256_hex([piece for part in parts for piece in (len(part).to_bytes(8, "little"), part)])
 
 
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -79,7 +76,7 @@ def fingerprint(package: Path) -> str:
     data/builtins.json) of `package`, as one hash."""
     from .._native import __version__, program_layout
 
-    files = sorted((package / "lang").glob("*.py")) + [package / name for name in (
+    files = sorted(p for p in (package / "lang").iterdir() if p.suffix == ".py") + [package / name for name in (
         "lang/grammar.lark", "errors.py", "api.py", "data/ops.json", "data/builtins.json")]
     lark = importlib_util.find_spec("lark")  # its version, without importing it
     if lark is not None and lark.origin:
@@ -111,7 +108,7 @@ def _read_source(path: str, max_bytes: int) -> Optional[str]:
 
 
 def _text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return sha256_hex([text.encode("utf-8", "surrogatepass")])
 
 
 def _entry_path(paths: Sequence[str]) -> Path:
@@ -134,7 +131,7 @@ def load(paths: Sequence[str], max_bytes: int) -> Optional[Hit]:
         target = _entry_path(paths)
         raw = target.read_bytes()
         digest, _, body = raw.partition(b"\n")
-        if digest.decode("ascii") != hashlib.sha256(body).hexdigest():
+        if digest.decode("ascii") != sha256_hex([body]):
             return None
         header, _, payload = body.partition(b"\n")
         entry = json.loads(header)
@@ -180,7 +177,7 @@ def store(paths: Sequence[str], sources: dict[str, str], program: str, outline: 
     try:
         target = _entry_path(paths)
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # per user: others cannot plant entries
-        atomic_write(target, hashlib.sha256(body).hexdigest().encode("ascii") + b"\n" + body)
+        atomic_write(target, sha256_hex([body]).encode("ascii") + b"\n" + body)
         _prune(target.parent)
     except (OSError, RlxRulesError):
         pass

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
 use rlx_rules_core::apply::{apply_borrowed, time_budget_from_secs, ApplyOptions, Report};
@@ -228,10 +229,25 @@ fn program_layout() -> String {
     format!("{:016x}{:016x}", halves[0], halves[1])
 }
 
+/// The SHA-256 of `parts` concatenated, as hex: the compiled-rule cache's hash (hashlib's would load OpenSSL,
+/// ~12 million instructions, in a start that the cache keeps short).
+#[pyfunction]
+fn sha256_hex(py: Python<'_>, parts: Vec<PyBackedBytes>) -> String {
+    use sha2::{Digest, Sha256};
+    py.detach(|| {
+        let mut h = Sha256::new();
+        for part in &parts {
+            h.update(part.as_ref());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
     m.add_class::<PyProgram>()?;
     m.add_function(wrap_pyfunction!(program_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(sha256_hex, m)?)?;
     Ok(())
 }
 
