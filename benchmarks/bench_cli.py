@@ -2,12 +2,19 @@
 of the bundled sets, each without the compiled-rule cache, with a cold one and with a warm one (medians); and
 a batch of small graphs, one process per graph against one `rlx-rules apply FOLDER`.
 
-    python3 benchmarks/bench_cli.py [--runs 9]
+    python3 benchmarks/bench_cli.py [--runs 9] [--variant before=/path/to/old/python ...] [--no-batch]
 
 Each cell is the median of --runs runs of `python -m rlx_rules.cli ...` (wall time, and the CPU time the process
 used, user + system, which a busy machine disturbs less). "no cache" compiles the rules in every run (what every
 run did before the cache); "cold" starts each run with an empty cache folder; "warm" reuses one that the first run
 filled. Lark's own parse-table cache (~/.cache/rlx-rules/grammar-*.cache) stays warm throughout.
+
+`--variant NAME=DIR` adds a package tree to compare (DIR on PYTHONPATH, holding rlx_rules with its own
+_native module, e.g. `git archive OLD python | tar -x -C /tmp/old` plus that commit's built module): the runs
+of every cell alternate between the variants, so that a shared machine's load falls on all of them alike, and
+each variant gets its own table and cache folders. The floors show what the interpreter costs before any
+rlx_rules code runs: `python -I` leaves out the user's site folder and environment, `python -S` the site hooks
+(.pth files) of the installed environment.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ CASES = [
     ("check @default", ["check", "@default", "-q"]),
     ("check @onnx", ["check", "@onnx", "-q"]),
 ]
-FLOORS = [("python -c pass", ["-c", "pass"]), ("python -c 'import rlx_rules'", ["-c", "import rlx_rules"])]
+FLOORS = [("python -c pass", ["-c", "pass"]), ("python -I -c pass", ["-I", "-c", "pass"]),
+          ("python -S -c pass", ["-S", "-c", "pass"]), ("python -c 'import rlx_rules'", ["-c", "import rlx_rules"]),
+          ("python -c 'import rlx_rules.cli.app'", ["-c", "import rlx_rules.cli.app"])]
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -50,10 +59,24 @@ def median_ms(samples: list[tuple[float, float]]) -> str:
     return f"{wall:.0f} / {cpu:.0f}"
 
 
+def variant_envs(specs: list[str], base: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Each variant's environment: "this" (the rlx_rules this script imports) and every --variant NAME=DIR."""
+    envs = {"this": dict(base)}
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or not os.path.isdir(os.path.join(folder, "rlx_rules")):
+            raise SystemExit(f"--variant expects NAME=DIR with DIR/rlx_rules, got {spec!r}")
+        envs[name] = dict(base, PYTHONPATH=os.path.abspath(folder))
+    return envs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--batch", type=int, default=16, help="graphs in the batch comparison")
+    parser.add_argument("--no-batch", action="store_true", help="leave out the batch comparison")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
+                        help="another package tree to time, alternating with this one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         graph = os.path.join(tmp, "small.graph.json")
@@ -61,32 +84,47 @@ def main() -> None:
             json.dump(rlx_rules.examples.bert_encoder(layers=2, hidden=64, heads=4), fh)
         out = os.path.join(tmp, "out.json")
         base = {k: v for k, v in os.environ.items() if not k.startswith("RLX_RULES_")}
-        print(f"{args.runs} runs per cell, median wall ms / CPU ms; small graph: bert_encoder(layers=2), "
-              f"{len(json.load(open(graph))['nodes'])} nodes; python {sys.version.split()[0]}\n")
-        print("| command | no cache | cold cache | warm cache |")
-        print("|---|---:|---:|---:|")
+        envs = variant_envs(args.variant, base)
+        rows: dict[str, list[str]] = {name: [] for name in envs}
         for name, template in CASES:
             argv = ["-m", "rlx_rules.cli"] + [a.format(graph=graph, out=out) for a in template]
-            cells = []
+            cells: dict[str, list[str]] = {v: [] for v in envs}
             for mode in ("none", "cold", "warm"):
-                samples = []
-                warm_dir = os.path.join(tmp, f"warm-{name}")
+                samples: dict[str, list] = {v: [] for v in envs}
                 for i in range(args.runs + (mode == "warm")):
-                    env = dict(base)
-                    if mode == "none":
-                        env["RLX_RULES_NO_CACHE"] = "1"
-                    else:
-                        env["RLX_RULES_CACHE_DIR"] = warm_dir if mode == "warm" else tempfile.mkdtemp(dir=tmp)
-                    sample = timed(argv, env)
-                    if not (mode == "warm" and i == 0):  # the first warm run fills the cache
-                        samples.append(sample)
-                cells.append(median_ms(samples))
-            print(f"| `rlx-rules {' '.join(template).replace('{graph}', 'small.graph.json').replace('{out}', 'out.json')}` "
-                  f"| {' | '.join(cells)} |")
-        for name, argv in FLOORS:
-            samples = [timed(argv, dict(base)) for _ in range(args.runs)]
-            print(f"| `{name}` (floor) | {median_ms(samples)} | | |")
-        batch(tmp, base, args)
+                    for v, venv in envs.items():  # alternate: the load falls on every variant alike
+                        env = dict(venv)
+                        if mode == "none":
+                            env["RLX_RULES_NO_CACHE"] = "1"
+                        else:
+                            warm_dir = os.path.join(tmp, f"warm-{v}-{name}")
+                            env["RLX_RULES_CACHE_DIR"] = warm_dir if mode == "warm" else tempfile.mkdtemp(dir=tmp)
+                        sample = timed(argv, env)
+                        if not (mode == "warm" and i == 0):  # the first warm run fills the cache
+                            samples[v].append(sample)
+                for v in envs:
+                    cells[v].append(median_ms(samples[v]))
+            shown = " ".join(template).replace("{graph}", "small.graph.json").replace("{out}", "out.json")
+            for v in envs:
+                rows[v].append(f"| `rlx-rules {shown}` | {' | '.join(cells[v])} |")
+        floors: dict[str, list] = {v: [[] for _ in FLOORS] for v in envs}
+        for _ in range(args.runs):
+            for v, venv in envs.items():
+                for i, (_, argv) in enumerate(FLOORS):
+                    floors[v][i].append(timed(argv, dict(venv)))
+        load = os.getloadavg()
+        print(f"{args.runs} runs per cell, median wall ms / CPU ms; small graph: bert_encoder(layers=2), "
+              f"{len(json.load(open(graph))['nodes'])} nodes; python {sys.version.split()[0]}; load average at the "
+              f"end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+        for v in envs:
+            print(f"\n{v}" + ("" if v == "this" else f" ({envs[v]['PYTHONPATH']})") + ":\n")
+            print("| command | no cache | cold cache | warm cache |")
+            print("|---|---:|---:|---:|")
+            print("\n".join(rows[v]))
+            for (floor, _), samples in zip(FLOORS, floors[v]):
+                print(f"| `{floor}` (floor) | {median_ms(samples)} | | |")
+        if not args.no_batch:
+            batch(tmp, base, args)
 
 
 def batch(tmp: str, base: dict[str, str], args: argparse.Namespace) -> None:

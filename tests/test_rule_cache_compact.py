@@ -13,7 +13,8 @@ import rlx_rules
 from rlx_rules import _native
 from rlx_rules.lang import cache as rule_cache
 
-RULES = "rule a { match { n = Gelu(x) } rewrite n => Relu(x) }\nrule b { match { n = Relu(x) } where rank(x) > 1 rewrite n => Tanh(x) }\n"
+RULES = ("rule a { match { n = Gelu(x) } rewrite n => Relu(x) }\n"
+         "rule b { match { n = Relu(x) } where rank(x) > 1 rewrite n => Tanh(x) }\n")
 
 
 @pytest.fixture(autouse=True)

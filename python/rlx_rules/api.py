@@ -119,11 +119,17 @@ class RuleSet:
         """
         if on_limit not in ("raise", "stop"):
             raise ParamError(f"on_limit must be 'raise' or 'stop', not {on_limit!r}")
-        return self._run(graph, params, max_rewrites=count_argument("max_rewrites", max_rewrites),
-                         time_budget_s=_seconds("time_budget_s", time_budget_s),
-                         max_iterations=count_argument("max_iterations", max_iterations),
-                         fail_after_rewrites=count_argument("fail_after_rewrites", fail_after_rewrites),
+        return self._run(graph, params, **_limits(max_rewrites, time_budget_s, max_iterations, fail_after_rewrites),
                          explain="unfired" if explain else None, on_limit=on_limit)
+
+    def rewrite(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
+                max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
+                max_iterations: Optional[int] = None, fail_after_rewrites: Optional[int] = None) -> Graph:
+        """`apply` for the rewritten graph alone: the same rewrites and limits (a limit raises ApplyError, with
+        the work done), without building the report (`rlx-rules apply -q` prints none)."""
+        native_graph, _, _ = self._apply_native(
+            graph, params, **_limits(max_rewrites, time_budget_s, max_iterations, fail_after_rewrites))
+        return Graph(native_graph)
 
     def explain(self, graph: Union[Graph, PathLike, dict], params: Optional[Mapping[str, object]] = None, *,
                 rule: Optional[str] = None, node: Optional[int] = None, all: bool = False) -> list[NearMiss]:
@@ -140,6 +146,11 @@ class RuleSet:
         return report.near_misses
 
     def _run(self, graph, params, **options) -> tuple[Graph, Report]:
+        native_graph, report_json, in_force = self._apply_native(graph, params, **options)
+        return Graph(native_graph), _report(report_json, in_force)
+
+    def _apply_native(self, graph, params, **options) -> tuple[_native.Graph, str, dict]:
+        """The core's apply: (its graph, its report's JSON, the parameters in force for the report)."""
         graph = load_graph(graph)
         values = self.param_values(params)
         in_force = {k: {"value": v.value, "source": v.source} for k, v in values.items()}
@@ -151,7 +162,7 @@ class RuleSet:
                 limit.graph = Graph(limit.graph)
                 limit.report = _report(limit.report, in_force)
             raise
-        return Graph(native_graph), _report(report_json, in_force)
+        return native_graph, report_json, in_force
 
     def __repr__(self) -> str:
         return f"<RuleSet: {len(self.rule_names)} rules in phases {', '.join(self.phases)}>"
@@ -163,6 +174,15 @@ def _report(report_json: str, params_in_force: dict) -> Report:
     data = json.loads(report_json)
     data["params_in_force"] = params_in_force
     return Report.from_dict(data)
+
+
+def _limits(max_rewrites: Optional[int], time_budget_s: Optional[float], max_iterations: Optional[int],
+            fail_after_rewrites: Optional[int]) -> dict:
+    """apply's limit arguments, checked, as the core's keyword arguments."""
+    return {"max_rewrites": count_argument("max_rewrites", max_rewrites),
+            "time_budget_s": _seconds("time_budget_s", time_budget_s),
+            "max_iterations": count_argument("max_iterations", max_iterations),
+            "fail_after_rewrites": count_argument("fail_after_rewrites", fail_after_rewrites)}
 
 
 def outline_of(program: Mapping) -> dict[str, list]:

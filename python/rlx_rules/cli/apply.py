@@ -59,10 +59,13 @@ def run(args: argparse.Namespace) -> int:
     fail_after = os.environ.get("RLX_RULES_DEBUG_FAIL_AFTER_REWRITES")
     from ..tools.progress import progress
 
+    limits = {"max_rewrites": args.max_rewrites, "time_budget_s": args.time_budget,
+              "max_iterations": args.max_iterations, "fail_after_rewrites": int(fail_after) if fail_after else None}
     with progress(f"rlx-rules apply: {args.graph}", quiet=args.quiet):
-        fused, report = rules.apply(graph, max_rewrites=args.max_rewrites, time_budget_s=args.time_budget,
-                                    max_iterations=args.max_iterations,
-                                    fail_after_rewrites=int(fail_after) if fail_after else None, explain=args.explain)
+        if args.quiet and not args.json:  # no report is printed: none is built (a faster start)
+            fused, report = rules.rewrite(graph, **limits), None
+        else:
+            fused, report = rules.apply(graph, explain=args.explain, **limits)
     out = args.output or default_output(args.graph)
     to_stdout = out == "-"
     if not to_stdout and same_file(out, args.graph) and not args.in_place:
