@@ -147,3 +147,17 @@ def test_attention_block_output_bias_goes_to_the_residual_norm():
     model = check(g.graph([z]), inputs={"mask": keep_mask([2, 1, 5, 5])})
     skip = next(n for n in model.graph.node if n.op_type == "SkipLayerNormalization")
     assert len(skip.input) == 5 and "Add" not in ops(model)
+
+
+def test_pieces_of_an_axis_are_one_split_and_empty_concat_inputs_go():
+    g = GraphBuilder("rotate_half", default_dtype="f32")
+    x = g.add("Input", shape=[2, 3, 8], name="x")
+    hi = g.add("Narrow", [x], {"axis": 2, "start": 4, "len": 4}, [2, 3, 4])
+    lo = g.add("Narrow", [x], {"axis": -1, "start": 0, "len": 4}, [2, 3, 4])
+    empty = g.add("Narrow", [x], {"axis": 2, "start": 8, "len": 0}, [2, 3, 0])
+    y = g.add("Concat", [g.add("Neg", [hi], shape=[2, 3, 4]), lo], {"axis": 2}, [2, 3, 8])
+    z = g.add("Concat", [y, empty], {"axis": 2}, [2, 3, 8])
+    w = g.add("Input", shape=[2, 3, 8], name="w")
+    odd = g.add("Narrow", [w], {"axis": 2, "start": 1, "len": 3}, [2, 3, 3])  # no cover of the axis: a Slice
+    model = check(g.graph([z, odd, g.add("Narrow", [w], {"axis": 2, "start": 0, "len": 2}, [2, 3, 2])]))
+    assert ops(model).count("Split") == 1 and ops(model).count("Concat") == 1 and ops(model).count("Slice") == 2

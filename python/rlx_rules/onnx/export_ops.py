@@ -115,14 +115,50 @@ def emit_reshape(b, n, ins):
     return b.op("Reshape", [ins[0], dims_tensor(b, n, shape, "shape")], label(n), allowzero=1 if 0 in shape else None)
 
 
+def pieces(b: Builder, n) -> list:
+    """The unit-step Narrow/Slice readers of n's input that cut its static axis into adjacent pieces covering it
+    all (e.g. rotate-half's two halves), in order; [] when they do not (each piece is then its own Slice)."""
+    src, axis = n.inputs[0], int(n.attrs["axis"])
+    shape = b.shape(src)
+    if shape is None or not -len(shape) <= axis < len(shape) or not isinstance(shape[axis], int):
+        return []
+    axis %= len(shape)
+    cuts = sorted((int(m.attrs["start"]), int(m.attrs["len"]), m.id) for m in b.readers(src)
+                  if m.op in ("Narrow", "Slice") and m.inputs[0] == src and int(m.attrs.get("step", 1)) == 1
+                  and int(m.attrs["axis"]) % len(shape) == axis and int(m.attrs["len"]) > 0)
+    ends = [start + length for start, length, _ in cuts]
+    if len(cuts) < 2 or [start for start, _, _ in cuts] != [0] + ends[:-1] or ends[-1] != shape[axis]:
+        return []
+    return cuts
+
+
 def emit_narrow(b, n, ins):
     a, start, length = int(n.attrs["axis"]), int(n.attrs["start"]), int(n.attrs["len"])
+    if int(n.attrs.get("step", 1)) == 1 and length > 0:
+        rank = len(b.shape(n.inputs[0]) or [0])
+        key = ("split", n.inputs[0], a % rank if rank else a)
+        if key not in b.cache:
+            cuts = pieces(b, n)
+            outs = b.op("Split", [ins[0], b.ints([c[1] for c in cuts], "split")], label(n), n_out=len(cuts),
+                        axis=a) if cuts else []
+            b.cache[key] = {c[2]: o for c, o in zip(cuts, outs)}
+        if n.id in b.cache[key]:  # one Split for all the pieces
+            return b.cache[key][n.id]
     return b.op("Slice", [ins[0], b.ints([start]), b.ints([start + length]), b.ints([a])], label(n))
+
+
+def emit_concat(b, n, ins):
+    """Concat, without the inputs that are empty along its (static) axis."""
+    a = int(n.attrs["axis"])
+    kept = [x for x, i in zip(ins, n.inputs) if not (b.shape(i) is not None and b.shape(i)[a] == 0)] or ins[:1]
+    return kept[0] if len(kept) == 1 else b.op("Concat", kept, label(n), axis=a)
 
 
 def emit_slice(b, n, ins):
     a, start, length = int(n.attrs["axis"]), int(n.attrs["start"]), int(n.attrs["len"])
     step = int(n.attrs.get("step", 1))
+    if step == 1:
+        return emit_narrow(b, n, ins)
     end = start + (length - 1) * step + 1 if length > 0 else start
     return b.op("Slice", [ins[0], b.ints([start]), b.ints([end]), b.ints([a]), b.ints([step])], label(n))
 
@@ -277,9 +313,9 @@ EXPORTS: dict[str, Export] = {
     "Reshape": Export("Reshape (allowzero when a dim is 0)", emit_reshape),
     "Transpose": Export("Transpose", lambda b, n, ins: b.op("Transpose", ins, label(n),
                                                             perm=[int(p) for p in n.attrs["perm"]])),
-    "Narrow": Export("Slice", emit_narrow),
-    "Slice": Export("Slice (with steps)", emit_slice),
-    "Concat": Export("Concat", lambda b, n, ins: b.op("Concat", ins, label(n), axis=int(n.attrs["axis"]))),
+    "Narrow": Export("Slice (one Split for the pieces that cut an axis)", emit_narrow),
+    "Slice": Export("Slice (with steps; unit steps as Narrow)", emit_slice),
+    "Concat": Export("Concat (empty inputs dropped)", emit_concat),
     "Expand": Export("Expand (-1 becomes 1: ONNX keeps the input's dim)", emit_expand),
     "Gather": Export("Gather (indices cast to int64)", emit_gather),
     "Reverse": Export("Slice with steps -1", emit_reverse),
