@@ -161,3 +161,18 @@ def test_pieces_of_an_axis_are_one_split_and_empty_concat_inputs_go():
     odd = g.add("Narrow", [w], {"axis": 2, "start": 1, "len": 3}, [2, 3, 3])  # no cover of the axis: a Slice
     model = check(g.graph([z, odd, g.add("Narrow", [w], {"axis": 2, "start": 0, "len": 2}, [2, 3, 2])]))
     assert ops(model).count("Split") == 1 and ops(model).count("Concat") == 1 and ops(model).count("Slice") == 2
+
+
+@pytest.mark.parametrize("kind,mask_shape", [("Custom", [2, 1, 5, 7]), ("None", None), ("Causal", None)])
+def test_cross_attention_projection_biases_go_to_multi_head_attention(kind, mask_shape):
+    g = GraphBuilder("cross", default_dtype="f32")
+    x, mem = g.add("Input", shape=[2, 5, 6], name="x"), g.add("Input", shape=[2, 7, 6], name="mem")
+    q, k, v = (g.add("FusedMatMulBiasAct", [src, g.add("Param", shape=[6, 8], name=f"w{j}"),
+                                             g.add("Param", shape=[8], name=f"b{j}")], {"activation": None},
+                     [2, 5 if j == 0 else 7, 8]) for j, src in enumerate((x, mem, mem)))
+    ins = [q, k, v] + ([g.add("Input", shape=mask_shape, name="mask", dtype="bool")] if mask_shape else [])
+    y = g.add("Attention", ins, {"num_heads": 2, "head_dim": 4, "mask_kind": kind, "score_scale": None,
+                                 "attn_logit_softcap": None}, [2, 5, 8])
+    model = check(g.graph([y]), inputs={"mask": keep_mask(mask_shape)} if mask_shape else None)
+    mha = next(n for n in model.graph.node if n.op_type == "MultiHeadAttention")
+    assert mha.input[3] and "Add" not in ops(model) and ops(model).count("MatMul") == 3

@@ -68,9 +68,9 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
     b = Builder(graph, weights, max(opset or source_opset(graph), MIN_OPSET))
     outputs = set(graph.outputs)
     live = reachable(graph)
-    skips, biased = export_skip.plan(graph, b, live)  # residual Add -> the norm written with it (and the bias)
+    # residual Add -> the norm written with it; the nodes whose last bias a later kernel adds (export_skip.py)
+    skips, biased, bias_later = export_skip.plan(graph, b, live)
     readers = {i: sum(i in m.inputs for m in graph.nodes if m.id in live) for i in skips}
-    bias_later = set(biased.values())  # written without their last bias: a Skip*Normalization adds it
     for n in graph.nodes:
         if n.id not in live or n.id in b.names:  # a weight already read, a norm already written with its Add
             continue

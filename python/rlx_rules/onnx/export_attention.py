@@ -170,8 +170,9 @@ def repeat_kv(b: Builder, x: str, kv_heads: int, n_rep: int, hd: int, hint: str,
 
 def attention_core(b: Builder, n, q: str, k: str, v: str, sq, sk, kv_width, mask: Optional[str], mask_id,
                    kind: str, heads: int, hd: int, scale: Optional[float], window=None, dtype=np.float32,
-                   zero_rows: bool = False) -> str:
-    """MultiHeadAttention on [B, S, H·D] q, k, v (k, v of width kv_width) with RLX's mask kinds, exactly."""
+                   zero_rows: bool = False, proj_bias: str = "") -> str:
+    """MultiHeadAttention on [B, S, H·D] q, k, v (k, v of width kv_width) with RLX's mask kinds, exactly;
+    `proj_bias`: the q|k|v projections' biases, which the op adds."""
     hint = label(n)
     if isinstance(kv_width, int) and kv_width != heads * hd:
         if kv_width % hd or heads % (kv_width // hd):
@@ -181,12 +182,12 @@ def attention_core(b: Builder, n, q: str, k: str, v: str, sq, sk, kv_width, mask
         bs = [batch, sk] if isinstance(batch, int) and isinstance(sk, int) else None
         k = repeat_kv(b, k, kvh, heads // kvh, hd, hint, bs)
         v = repeat_kv(b, v, kvh, heads // kvh, hd, hint, bs)
-    inputs = [q, k, v]
+    inputs = [q, k, v] + ([proj_bias] if proj_bias else [])
     extra = {}
     if kind in ("Custom", "Bias") or (kind in ("Causal", "SlidingWindow") and (sq != sk or kind != "Causal")):
         bias = mask_bias(b, n, mask, mask_id, kind, sq, sk, dtype, zero_rows, q, k) if kind in ("Custom", "Bias") \
             else causal_bias(b, sq, sk, window if kind == "SlidingWindow" else None, dtype, q, k, hint)
-        inputs += ["", "", bias]
+        inputs += [""] * (5 - len(inputs)) + [bias]
     elif kind == "Causal":
         extra["unidirectional"] = 1
     elif kind != "None":
@@ -300,8 +301,7 @@ def packed_qkv(b: Builder, n, width: int) -> Optional[tuple]:
     else:
         return None
     xs, ws = b.shape(src.inputs[0]), b.shape(src.inputs[1])
-    if xs is None or len(xs) != 3 or ws is None or ws != [xs[2], 3 * width] or \
-            b.node(src.inputs[1]).op not in ("Param", "Constant"):
+    if xs is None or len(xs) != 3 or ws is None or ws != [xs[2], 3 * width]:
         return None
     return src.inputs[0], src.inputs[1], bias
 
@@ -360,5 +360,28 @@ def unfolded_attention(b: Builder, n, ins, layout: str, kl: str, known: bool, sq
     k, v = (bnsh_of(b, i, heads, hd) if known and kv_width == heads * hd else None for i in n.inputs[1:3])
     if k is None or v is None:
         k, v = (x if kl == "bhsd" and known else to_bsh(b, x, kl, label(n)) for x in ins[1:3])
+    projections = projection_biases(b, n)
+    proj_bias = "" if projections is None else b.op("Concat", [b.name_of(b.node(i).inputs[2]) for i in projections],
+                                                    label(n), axis=0)
     return attention_core(b, n, q, k, v, sq, sk, kv_width, mask, mask_id, kind, heads, hd, a.get("score_scale"),
-                          a.get("window"), dtype, zero_rows)
+                          a.get("window"), dtype, zero_rows, proj_bias)
+
+
+def projection_biases(b: Builder, n) -> Optional[list[int]]:
+    """The q, k and v projections (FusedMatMulBiasAct without activation, a vector bias, read by `n` alone) of an
+    Attention on [B, S, H·D] operands that MultiHeadAttention runs as they are, whose biases the op adds (they are
+    written as MatMuls alone); None when any of them is not one."""
+    if n.op != "Attention":
+        return None
+    width = int(n.attrs["num_heads"]) * int(n.attrs["head_dim"])
+    shapes = [b.shape(i) for i in n.inputs[:3]]
+    if len(set(n.inputs[:3])) != 3 or any(s is None or len(s) != 3 or s[-1] != width or not static(*s)
+                                          for s in shapes):
+        return None
+    for i in n.inputs[:3]:
+        p = b.node(i)
+        if p.op != "FusedMatMulBiasAct" or p.attrs.get("activation") is not None or len(p.inputs) != 3 or \
+                len(b.readers(i)) != 1 or i in b.graph.outputs or not has_vector_shape(b, p.inputs[2], width) or \
+                b.dtype(p.inputs[2]) != b.dtype(i):
+            return None
+    return list(n.inputs[:3])

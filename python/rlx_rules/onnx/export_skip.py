@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import Optional
 
 from .export_builder import MS_DOMAIN, Builder
+from .export_attention import projection_biases
 from .export_fused import emit_attention_block, has_vector_shape, label, plus_beta, residual_parts, skip_ok
 
 NORMS = ("LayerNorm", "RmsNorm")
@@ -55,10 +56,10 @@ def emit_unbiased(b: Builder, n, ins: list[str]) -> str:
     return emit_attention_block(b, n, ins, with_out_bias=False)
 
 
-def plan(graph, b: Builder, live: set[int]) -> tuple[dict[int, int], dict[int, int]]:
-    """(Add node id -> the norm it becomes one Skip*Normalization with, Add node id -> the FusedMatMulBiasAct whose
-    bias that node adds): a live two-input Add of rank-3 operands of one shape (what the contrib kernels take),
-    read as input 0 by a last-axis norm with vector γ and β."""
+def plan(graph, b: Builder, live: set[int]) -> tuple[dict[int, int], dict[int, int], set[int]]:
+    """(Add node id -> the norm it becomes one Skip*Normalization with, Add or residual norm node id -> the node
+    whose last bias it adds, the nodes written without their last bias): a live two-input Add of rank-3 operands
+    of one shape (what the contrib kernels take), read as input 0 by a last-axis norm with vector γ and β."""
     readers = defaultdict(list)
     for n in graph.nodes:
         if n.id in live:
@@ -82,7 +83,11 @@ def plan(graph, b: Builder, live: set[int]) -> tuple[dict[int, int], dict[int, i
             src = next((i for i in n.inputs[:2] if bias_source(b, i, readers, width, set(graph.outputs))), None)
             if src is not None:
                 biased[n.id] = src
-    return out, biased
+    unbiased = set(biased.values())
+    for n in graph.nodes:  # q, k and v projections whose biases MultiHeadAttention adds
+        if n.op == "Attention" and n.id in live:
+            unbiased.update(projection_biases(b, n) or [])
+    return out, biased, unbiased
 
 
 def emit_residual(b: Builder, n, ins: list[str], source) -> str:
