@@ -7,6 +7,7 @@
     python benchmarks/bench_onnx.py run [--files bert,llama] [--realistic DIR] [--threads 1,2]   # ORT latency table
                                    # (DIR: from benchmarks/onnx_realistic_export.py, run with a torch environment)
     python benchmarks/bench_onnx.py profile DIR        # per op type, original vs rlx-rules (ORT's profiler)
+    python benchmarks/bench_onnx.py profile --files falcon.eager --peers --runs 300   # corpus files, every variant
 
 The stacks are built from the corpus BERT (legacy export) with the onnx package: the encoder layer's nodes and
 initializers are copied N times under new names and chained (every copy has layer 0's weights). Peers that are not
@@ -355,8 +356,10 @@ def main(argv=None) -> None:
     rp.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per variant and thread count")
     rp.add_argument("--workdir", default=None)
     rp.add_argument("--json", action="store_true", help="also print each row as JSON as it is measured")
-    pp = sub.add_parser("profile", help="per op type: where ONNX Runtime's time goes, original vs rlx-rules")
-    pp.add_argument("realistic", metavar="DIR")
+    pp = sub.add_parser("profile", help="per op type: where ONNX Runtime's time goes, in each variant")
+    pp.add_argument("realistic", metavar="DIR", nargs="?", help="realistic-size exports (else corpus files)")
+    pp.add_argument("--files", help="corpus files whose name contains one of these (comma-separated)")
+    pp.add_argument("--peers", action="store_true", help="also ONNX Runtime's optimizer and onnxscript")
     pp.add_argument("--seq", type=int, default=128)
     pp.add_argument("--threads", default="1")
     pp.add_argument("--runs", type=int, default=5)

@@ -248,8 +248,10 @@ def run(args) -> None:
     print_table(rows, threads)
 
 
-def op_times_ms(path: Path, feed: dict, threads: int, runs: int) -> tuple[float, dict]:
-    """Milliseconds per run, and per op type (ONNX Runtime's profiler), averaged over `runs` runs."""
+def op_times_ms(path: Path, feed: dict, threads: int, runs: int) -> tuple[float, dict, dict]:
+    """Milliseconds per run, per op type (ONNX Runtime's profiler, averaged over `runs` runs), and the node count
+    per op type of the graph ONNX Runtime runs (after its own optimizations)."""
+    import onnx
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -258,6 +260,7 @@ def op_times_ms(path: Path, feed: dict, threads: int, runs: int) -> tuple[float,
     so.log_severity_level = 3
     so.enable_profiling = True
     so.profile_file_prefix = str(path.with_suffix(""))
+    so.optimized_model_filepath = str(path.with_suffix(".ort.onnx"))
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     names = [i.name for i in sess.get_inputs()]
     for _ in range(2):
@@ -272,23 +275,42 @@ def op_times_ms(path: Path, feed: dict, threads: int, runs: int) -> tuple[float,
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             by_op[e["args"]["op_name"]] = by_op.get(e["args"]["op_name"], 0.0) + e["dur"] / 1e3 / (runs + 2)
     trace.unlink()
-    return total, by_op
+    optimized = Path(so.optimized_model_filepath)
+    counts: dict = {}
+    for node in onnx.load(str(optimized), load_external_data=False).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    optimized.unlink()
+    for extra in optimized.parent.glob(optimized.name + "*.data"):
+        extra.unlink()
+    return total, by_op, counts
 
 
 def profile(args) -> None:
-    """Where the time goes: per op type, the original and rlx-rules' output of each realistic model."""
+    """Where the time goes: per op type (kernel ms per run) and node counts of the graph ONNX Runtime runs, for the
+    original and rlx-rules' output (and, with --peers, ONNX Runtime's optimizer and onnxscript) of each model."""
     threads = int(args.threads.split(",")[0])
+    cases = realistic_cases(Path(args.realistic), args.seq) if args.realistic else \
+        corpus_cases([f for f in (args.files or "").split(",") if f])
+    variants = list(VARIANTS) if args.peers else ["original", "rlx_rules"]
+    print("| model | variant | ms / run | GEMM (MatMul, Gemm, FusedMatMul) | everything else | nodes | "
+          "largest op types (ms; nodes) |\n|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         work = Path(tmp)
-        for name, src, feed, *_ in realistic_cases(Path(args.realistic), args.seq):
-            orig, fused = work / f"{name}.original.onnx", work / f"{name}.rlx_rules.onnx"
-            pin(src, orig, {k: v.shape for k, v in feed.items()})
-            ours(orig, fused, {k: list(v.shape) for k, v in feed.items()})
-            for label, path in (("original", orig), ("rlx-rules", fused)):
-                total, by_op = op_times_ms(path, feed, threads, args.runs)
+        for name, src, feed, model_type, heads, hidden in cases:
+            paths = {v: work / f"{name}.{v}.onnx" for v in VARIANTS}
+            pin(src, paths["original"], {k: v.shape for k, v in feed.items()})
+            ours(paths["original"], paths["rlx_rules"], {k: list(v.shape) for k, v in feed.items()})
+            if args.peers:
+                ort_optimizer(paths["original"], paths["ort_optimizer"], model_type, heads, hidden)
+                onnxscript_all([(paths["original"], paths["onnxscript"])])
+            for variant in variants:
+                if not paths[variant].exists():
+                    continue
+                total, by_op, counts = op_times_ms(paths[variant], feed, threads, args.runs)
                 gemm = sum(v for k, v in by_op.items() if k in ("Gemm", "MatMul", "FusedMatMul", "FusedGemm"))
-                top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8])
-                print(f"| {name} | {label} | {total:.1f} | {gemm:.1f} ({gemm / max(sum(by_op.values()), 1e-9):.0%}) "
-                      f"| {sum(by_op.values()) - gemm:.1f} | {top} |", flush=True)
-            orig.unlink()
-            fused.unlink()
+                top = ", ".join(f"{k} {v:.2f}; {counts.get(k, 0)}"
+                                for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:8])
+                print(f"| {name} | {variant} | {total:.2f} | {gemm:.2f} ({gemm / max(sum(by_op.values()), 1e-9):.0%}) "
+                      f"| {sum(by_op.values()) - gemm:.2f} | {sum(counts.values())} | {top} |", flush=True)
+            for path in paths.values():
+                path.unlink(missing_ok=True)
