@@ -176,3 +176,23 @@ def test_cross_attention_projection_biases_go_to_multi_head_attention(kind, mask
     model = check(g.graph([y]), inputs={"mask": keep_mask(mask_shape)} if mask_shape else None)
     mha = next(n for n in model.graph.node if n.op_type == "MultiHeadAttention")
     assert mha.input[3] and "Add" not in ops(model) and ops(model).count("MatMul") == 3
+
+
+@pytest.mark.parametrize("reader", ["pieces", "swiglu", "pieces_and_more"])
+def test_a_packed_matmul_read_as_pieces_is_one_matmul_per_weight(reader):
+    g = GraphBuilder("unpack", default_dtype="f32")
+    x = g.add("Input", shape=[2, 3, 8], name="x")
+    widths = [6, 6] if reader == "swiglu" else [8, 4, 4]
+    w = g.add("Concat", [g.add("Param", shape=[8, k], name=f"w{j}") for j, k in enumerate(widths)], {"axis": 1},
+              [8, sum(widths)])
+    p = g.add("MatMul", [x, w], shape=[2, 3, sum(widths)])
+    if reader == "swiglu":
+        outs = [g.add("FusedSwiGLU", [p], {"gate_first": False}, [2, 3, 6])]
+    else:
+        starts = np.cumsum([0] + widths[:-1])
+        outs = [g.add("Narrow", [p], {"axis": 2, "start": int(s0), "len": k}, [2, 3, k]) for s0, k in zip(starts, widths)]
+        outs += [p] if reader == "pieces_and_more" else []  # read whole too: the packed MatMul stays, with a Split
+    model = check(g.graph(outs))
+    unpacked = reader != "pieces_and_more"
+    assert ops(model).count("MatMul") == (len(widths) if unpacked else 1)
+    assert ("Split" in ops(model)) != unpacked and ("Concat" in ops(model)) != unpacked

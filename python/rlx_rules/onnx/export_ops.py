@@ -139,8 +139,11 @@ def emit_narrow(b, n, ins):
         key = ("split", n.inputs[0], a % rank if rank else a)
         if key not in b.cache:
             cuts = pieces(b, n)
-            outs = b.op("Split", [ins[0], b.ints([c[1] for c in cuts], "split")], label(n), n_out=len(cuts),
-                        axis=a) if cuts else []
+            alone = len(b.readers(n.inputs[0])) == len(cuts)  # the pieces are all that read it
+            outs = fused.unpacked(b, n.inputs[0], [c[1] for c in cuts]) if cuts and alone else []
+            if cuts and not outs:
+                outs = b.op("Split", [ins[0], b.ints([c[1] for c in cuts], "split")], label(n), n_out=len(cuts),
+                            axis=a)
             b.cache[key] = {c[2]: o for c, o in zip(cuts, outs)}
         if n.id in b.cache[key]:  # one Split for all the pieces
             return b.cache[key][n.id]
