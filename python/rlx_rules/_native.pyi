@@ -8,9 +8,9 @@ import numpy.typing as npt
 
 __all__ = [
     "__version__", "RlxRulesError", "GraphError", "ProgramError", "ParamError", "ApplyError", "KernelError",
-    "OutputError", "Graph", "Program", "fused_attention_block", "attention", "simd_paths", "selected_simd",
-    "default_threads", "machine_roofline", "PreparedAttentionBlock", "PARALLEL_MIN_FLOPS", "WAKE_MIN_FLOPS",
-    "write_npz",
+    "OutputError", "Graph", "Program", "program_layout", "sha256_hex", "fused_attention_block", "attention",
+    "simd_paths", "selected_simd", "default_threads", "machine_roofline", "PreparedAttentionBlock",
+    "PARALLEL_MIN_FLOPS", "WAKE_MIN_FLOPS", "write_npz",
 ]
 
 __version__: str
