@@ -12,18 +12,10 @@ import pytest
 import rlx_rules
 from rlx_rules import _native
 from rlx_rules.lang import cache as rule_cache
+from test_rule_cache import cache_dir  # noqa: F401 - tests/: the autouse fixture (a cache folder of the test's own)
 
 RULES = ("rule a { match { n = Gelu(x) } rewrite n => Relu(x) }\n"
          "rule b { match { n = Relu(x) } where rank(x) > 1 rewrite n => Tanh(x) }\n")
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("RLX_RULES_CACHE_DIR", str(folder))
-    monkeypatch.delenv("RLX_RULES_NO_CACHE", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return folder
 
 
 def rules_file(tmp_path):
