@@ -70,7 +70,7 @@ def to_onnx(graph, weights: Optional[Mapping[str, np.ndarray]] = None, *, opset:
     live = reachable(graph)
     # residual Add -> the norm written with it; the nodes whose last bias a later kernel adds (export_skip.py)
     skips, biased, bias_later = export_skip.plan(graph, b, live)
-    readers = {i: sum(i in m.inputs for m in graph.nodes if m.id in live) for i in skips}
+    readers = {i: sum(m.id in live for m in b.readers(i)) for i in skips}
     for n in graph.nodes:
         if n.id not in live or n.id in b.names:  # a weight already read, a norm already written with its Add
             continue
