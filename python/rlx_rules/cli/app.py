@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 from . import EXAMPLES, ExitCode, report_error
 
 # Each sub-command's name and module in this package (its add_command adds a parser of that name), in the order
-# help lists them. A command imports only its own module: the others (show's drawing, export's ONNX writer)
-# cost a fast start ~10 ms.
+# help lists them. A command imports only its own module: the others' imports (show's drawing, safe_write and
+# subprocess, export's writer) would cost every start.
 COMMANDS = {"apply": "apply", "explain": "explain", "check": "check", "verify": "verify", "import": "import_model",
             "export": "export", "optimize": "optimize", "show": "show"}
 
