@@ -8,6 +8,7 @@
                                    # (DIR: from benchmarks/onnx_realistic_export.py, run with a torch environment)
     python benchmarks/bench_onnx.py profile DIR        # per op type, original vs rlx-rules (ORT's profiler)
     python benchmarks/bench_onnx.py profile --files falcon.eager --peers --runs 300   # corpus files, every variant
+    python benchmarks/bench_onnx.py gemm               # single-core GEMM GFLOP/s at the realistic shapes (ceiling)
 
 The stacks are built from the corpus BERT (legacy export) with the onnx package: the encoder layer's nodes and
 initializers are copied N times under new names and chained (every copy has layer 0's weights). Peers that are not
@@ -364,6 +365,9 @@ def main(argv=None) -> None:
     pp.add_argument("--threads", default="1")
     pp.add_argument("--runs", type=int, default=5)
     pp.add_argument("--workdir", default=None)
+    gp = sub.add_parser("gemm", help="this machine's single-core GEMM rate at the realistic shapes (the ceiling)")
+    gp.add_argument("--seq", type=int, default=128)
+    gp.add_argument("--runs", type=int, default=60)
     st = sub.add_parser("stack")
     st.add_argument("n", type=int)
     st.add_argument("-o", required=True)
@@ -380,6 +384,9 @@ def main(argv=None) -> None:
     elif args.cmd == "profile":
         from bench_onnx_run import profile
         profile(args)
+    elif args.cmd == "gemm":
+        from bench_onnx_run import gemm
+        gemm(args)
     else:
         print(stack_bert(args.n, args.o))
 

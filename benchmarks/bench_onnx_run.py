@@ -314,3 +314,46 @@ def profile(args) -> None:
                       f"| {sum(by_op.values()) - gemm:.2f} | {sum(counts.values())} | {top} |", flush=True)
             for path in paths.values():
                 path.unlink(missing_ok=True)
+
+
+def gemm(args) -> None:
+    """The machine's single-core GEMM rate at the realistic models' shapes (ONNX Runtime MatMul, CPU time, 1
+    thread, round-robin), packed projections with and without the Split after them: the ceiling for `run`."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def sess(widths, split=False):
+        nodes, inits = [], []
+        for j, n in enumerate(widths):
+            inits.append(numpy_helper.from_array(rng.standard_normal((768, n)).astype(np.float32), f"w{j}"))
+            nodes.append(helper.make_node("MatMul", ["x", f"w{j}"], [f"y{j}"]))
+        outs = [f"y{j}" for j in range(len(widths))]
+        if split:
+            inits.append(numpy_helper.from_array(np.array([768] * 3 if widths[0] == 2304 else [2048] * 2), "sp"))
+            outs = [f"s{j}" for j in range(3 if widths[0] == 2304 else 2)]
+            nodes.append(helper.make_node("Split", ["y0", "sp"], outs, axis=2))
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, args.seq, 768])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]), sum(widths)
+
+    cases = {"768": sess([768]), "3072": sess([3072]), "qkv 2304": sess([2304]), "qkv 2304 + Split": sess([2304], True),
+             "q, k, v 3 x 768": sess([768] * 3), "gate|up 4096": sess([4096]),
+             "gate|up 4096 + Split": sess([4096], True), "gate, up 2 x 2048": sess([2048] * 2)}
+    x = rng.standard_normal((1, args.seq, 768)).astype(np.float32)
+    times: dict = {k: [] for k in cases}
+    for _ in range(args.runs):
+        for k, (s, _) in cases.items():
+            c0 = time.thread_time()
+            s.run(None, {"x": x})
+            times[k].append(time.thread_time() - c0)
+    print(f"| [{args.seq}, 768] x [768, N] | ms (median) | GFLOP/s (median) | GFLOP/s (best) |\n|---|---|---|---|")
+    for k, (_, width) in cases.items():
+        med, best, flop = statistics.median(times[k]), min(times[k]), 2 * args.seq * 768 * width
+        print(f"| {k} | {med * 1e3:.3f} | {flop / med / 1e9:.1f} | {flop / best / 1e9:.1f} |")
+    print(f"\nload average {os.getloadavg()}")
