@@ -89,14 +89,20 @@ class Graph:
     def write(self, path: Union[str, os.PathLike], pretty: bool = False, *, inputs: Sequence = (),
               follow_symlinks: bool = False) -> None:
         """Write atomically (rlx_rules.safe_write): a unique temporary file in the same folder, fsync, rename.
-        Refuses a target that is not a regular file, a symlink (unless `follow_symlinks`), or one of `inputs`."""
-        from .safe_write import atomic_write
+        Refuses a target that is not a regular file, a symlink (unless `follow_symlinks`), or one of `inputs`.
+        The JSON (the bytes of `to_json`) streams from the Rust graph into the temporary file, without the GIL
+        and without the whole text in memory (on Windows: `to_json`'s text, written at once)."""
+        from .safe_write import atomic_output, atomic_write
 
         if not isinstance(path, (str, os.PathLike)):
             from .errors import ParamError
 
             raise ParamError(f"the output path must be a str or os.PathLike, not {type(path).__name__}")
-        atomic_write(path, self.to_json(pretty), inputs=inputs, follow_symlinks=follow_symlinks)
+        if os.name != "posix":  # the binding borrows a descriptor as a file on unix only
+            atomic_write(path, self.to_json(pretty), inputs=inputs, follow_symlinks=follow_symlinks)
+            return
+        with atomic_output(path, inputs=inputs, follow_symlinks=follow_symlinks) as (fd, _tmp):
+            self._native.write_to_fd(fd, pretty)
 
     def field(self, name: str) -> Any:
         """A top-level graph.json field that the graph itself does not use (`"weights"`, ...); None if absent."""

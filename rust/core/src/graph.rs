@@ -407,6 +407,13 @@ impl Graph {
         write::write_atomic(path, |out| write::write_to(self, pretty, out))
     }
 
+    /// Write the graph as graph.json to `out` (the bytes of [`Graph::to_json_string`], or of the pretty
+    /// form), node by node; `out` is neither flushed nor synced. A failed write is a `GraphError` of kind io.
+    pub fn write_to<W: std::io::Write>(&self, out: &mut W, pretty: bool) -> Result<(), GraphError> {
+        write::write_to(self, pretty, out)
+            .map_err(|e| GraphError::new(GraphErrorKind::Io, format!("cannot write the graph: {e}")))
+    }
+
     /// All checks of [`Graph::validate`]; also returns a topological order when the current one
     /// is not (`None`: already ordered).
     fn check(&self, registry: &Registry) -> Result<(Vec<Warning>, Option<Vec<usize>>), GraphError> {

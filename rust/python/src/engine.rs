@@ -12,7 +12,7 @@ use rlx_rules_core::graph::{Graph, DEFAULT_MAX_BYTES, DEFAULT_MAX_NODES};
 use rlx_rules_core::program::Program;
 use rlx_rules_core::registry::Registry;
 
-use crate::errors::{core_err, new_err, Class};
+use crate::errors::{core_err, new_err, os_err, Class};
 
 /// A count argument (`max_rewrites`, `max_nodes`, ...): a ParamError if negative; values past u64 mean "no limit".
 fn count_arg(name: &str, value: Option<&Bound<'_, PyInt>>) -> PyResult<Option<u64>> {
@@ -66,6 +66,14 @@ impl PyGraph {
     #[pyo3(signature = (pretty = false))]
     fn to_json(&self, py: Python<'_>, pretty: bool) -> String {
         py.detach(|| if pretty { self.inner.to_json_string_pretty() } else { self.inner.to_json_string() })
+    }
+
+    /// Write the graph's JSON (the bytes of to_json) to the open file descriptor `fd`, without the GIL; the
+    /// descriptor stays open (the caller syncs, closes and renames: rlx_rules.safe_write.atomic_output). A
+    /// failed write raises OutputError (an OSError with the errno; kind "io"). Unix only.
+    #[pyo3(signature = (fd, pretty = false))]
+    fn write_to_fd(&self, py: Python<'_>, fd: i32, pretty: bool) -> PyResult<()> {
+        py.detach(|| crate::fd_write::write_to_fd(&self.inner, fd, pretty)).map_err(os_err)
     }
 
     /// Write atomically (temporary file, then rename).

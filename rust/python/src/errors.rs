@@ -87,13 +87,29 @@ pub fn class_of<'py>(py: Python<'py>, class: Class) -> PyResult<&'py Bound<'py, 
 /// An exception of `class` with `message` and `.kind` set to `kind`.
 pub fn new_err(class: Class, kind: &str, message: impl Into<String>) -> PyErr {
     let message = message.into();
+    made(class, kind, |cls| cls.call1((message,)))
+}
+
+/// An I/O error as OutputError (kind "io"): `errno` and `strerror` set as an OSError's when the system gave a
+/// code, so that `str(e)` reads like Python's own ("[Errno 28] No space left on device").
+pub fn os_err(e: std::io::Error) -> PyErr {
+    let Some(code) = e.raw_os_error() else {
+        return new_err(Class::Output, "io", e.to_string());
+    };
+    let text = e.to_string();
+    let strerror = text.strip_suffix(&format!(" (os error {code})")).unwrap_or(&text).to_string();
+    made(Class::Output, "io", |cls| cls.call1((code, strerror)))
+}
+
+/// The exception that `call` makes of the class, with `.kind` set (or the error that making it raised).
+fn made(class: Class, kind: &str, call: impl for<'py> FnOnce(&Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>>) -> PyErr {
     Python::attach(|py| {
-        let made = class_of(py, class).and_then(|cls| {
-            let value = cls.call1((message,))?;
+        let value = class_of(py, class).and_then(|cls| {
+            let value = call(cls)?;
             value.setattr("kind", kind)?;
             Ok(PyErr::from_value(value))
         });
-        made.unwrap_or_else(|e| e)
+        value.unwrap_or_else(|e| e)
     })
 }
 

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod engine;
 mod errors;
+mod fd_write;
 mod kernels;
 mod weights;
 
