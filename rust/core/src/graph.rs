@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::registry::Registry;
+use crate::registry::{OpSpec, Registry};
 
 /// The id of a node, unique within a graph.
 pub type NodeId = u64;
@@ -571,14 +571,40 @@ impl Graph {
     }
 }
 
+/// Registry lookups by an op's shared string: a loaded graph's ops are a handful of [`Sym`]s, so a short list
+/// compared by address answers most lookups without comparing strings (two live `Sym`s at one address and of one
+/// length hold the same text).
+struct SpecCache<'r> {
+    registry: &'r Registry,
+    seen: Vec<(*const u8, usize, Option<&'r OpSpec>)>,
+}
+
+impl<'r> SpecCache<'r> {
+    /// How many ops the list remembers; lookups of others go to the registry.
+    const SIZE: usize = 32;
+
+    fn get(&mut self, op: &Sym) -> Option<&'r OpSpec> {
+        let key = (op.as_ptr(), op.len());
+        if let Some(&(_, _, spec)) = self.seen.iter().find(|(p, n, _)| (*p, *n) == key) {
+            return spec;
+        }
+        let spec = self.registry.get(op);
+        if self.seen.len() < Self::SIZE {
+            self.seen.push((key.0, key.1, spec));
+        }
+        spec
+    }
+}
+
 /// Registry checks (arity, attribute types) of `nodes`.
 pub(crate) fn check_registry<'a>(nodes: impl Iterator<Item = &'a Node>, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
     let mut warnings = Vec::new();
     // One warning per unknown op, and per unknown (op, attribute), at its first node.
     let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
     let mut unknown_attrs: HashMap<(&str, &str), ()> = HashMap::new();
+    let mut specs = SpecCache { registry, seen: Vec::new() };
     for node in nodes {
-        let Some(spec) = registry.get(&node.op) else {
+        let Some(spec) = specs.get(&node.op) else {
             match unknown_ops.get_mut(node.op.as_str()) {
                 Some((_, count)) => *count += 1,
                 None => {

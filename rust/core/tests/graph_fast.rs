@@ -32,3 +32,70 @@ fn long_digit_runs_inside_strings_are_not_numbers() {
     let text = SMALL.replace(r#""outputs": [1]"#, r#""outputs": [1], "s": "123456789012345678901234567890", "t": "a\"99999999999999999999999""#);
     assert!(Graph::from_json_slice(text.as_bytes(), reg).is_ok());
 }
+
+/// The old pretty writer's node lines: serde_json with a space after `,` and `:` (the oracle for the fast writer).
+struct Spaced;
+
+impl serde_json::ser::Formatter for Spaced {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+fn spaced<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    let mut out = Vec::new();
+    value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, Spaced)).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// A graph of `n` nodes, stored out of topological order, with every kind of field and string the writer prints by hand.
+fn odd_graph(n: u64) -> Graph {
+    let mut text = String::from(r#"{"format": "rlx-graph", "version": 1, "name": "odd \"g\"\n\u0001é", "zz": {"b": [1.5, -2, "x\ty"]}, "a": null, "nodes": ["#);
+    for i in 0..n {
+        let id = n - 1 - i; // the last node first: the writer must order them
+        let inputs = if id == 0 { String::new() } else { format!(r#", "inputs": [{}, {}]"#, id - 1, id / 2) };
+        let node = match id % 5 {
+            0 => format!(r#"{{"id": {id}, "op": "Input", "name": "in\\u{id:04x}\u007f", "shape": ["batch", {id}, 3], "dtype": "f32", "facts": ["nonneg"]}}"#),
+            1 => format!(r#"{{"id": {id}, "op": "Custom\"Op"{inputs}, "attrs": {{"neg": -{id}, "f": 0.1, "big": 18446744073709551615, "s": "a\\\\b", "t": true, "l": [1, [2, {{}}]], "n": null}}, "extra\u0002": "e"}}"#),
+            2 => format!(r#"{{"id": {id}, "op": "Add"{inputs}, "shape": [], "dtype": "i64", "zeta": -1e300, "alpha": {{"k": [true, false]}}}}"#),
+            3 => format!(r#"{{"op": "Relu", "id": {id}, "inputs": [{}], "name": "r{id}"}}"#, id - 1),
+            _ => format!(r#"{{"id": {id}, "op": "Mul"{inputs}, "attrs": {{}}, "shape": [2, "n\u00e9"]}}"#),
+        };
+        text.push_str(&node);
+        text.push_str(if i + 1 < n { ", " } else { "" });
+    }
+    text.push_str(if n == 0 { r#"], "outputs": []}"# } else { r#"], "outputs": [0, 1]}"# }.replace(", 1]", if n > 1 { ", 1]" } else { "]" }).as_str());
+    let (g, _) = Graph::from_json_slice(text.as_bytes(), Registry::builtin()).expect("loads");
+    g
+}
+
+#[test]
+fn the_fast_writer_prints_what_serde_prints_in_one_block_and_in_many() {
+    for n in [0, 1, 7, 3 * 8192 + 5] {
+        let mut g = odd_graph(n);
+        g.nodes.reverse(); // out of topological order again (loading sorted them)
+        let compact = g.to_json_string();
+        assert!(compact == serde_json::to_string(&g).unwrap(), "compact, {n} nodes");
+        // pretty: the head, one node per line as the spaced formatter prints it, the tail
+        let mut sorted = g.clone();
+        sorted.toposort().unwrap();
+        let mut expected = format!("{{\n  \"format\": \"rlx-graph\",\n  \"version\": 1,\n  \"name\": {},\n  \"nodes\": [", spaced(sorted.name.as_ref().unwrap()));
+        for (k, node) in sorted.nodes.iter().enumerate() {
+            expected.push_str(if k == 0 { "\n    " } else { ",\n    " });
+            expected.push_str(&spaced(node));
+        }
+        expected.push_str(if n == 0 { "]" } else { "\n  ]" });
+        expected.push_str(&format!(",\n  \"outputs\": {}", spaced(&sorted.outputs)));
+        for (k, v) in &sorted.extra {
+            expected.push_str(&format!(",\n  {}: {}", spaced(k), spaced(v)));
+        }
+        expected.push_str("\n}\n");
+        assert!(g.to_json_string_pretty() == expected, "pretty, {n} nodes");
+    }
+}
