@@ -354,8 +354,8 @@ impl Graph {
     /// node in the current order, so an ordered graph is left unchanged.
     pub fn toposort(&mut self) -> Result<(), GraphError> {
         let index = self.id_index()?;
-        let (positions, ordered) = self.input_positions(&index)?;
-        if let Some(order) = self.topo_order(&positions, ordered)? {
+        let ordered = self.inputs_ordered(&index)?;
+        if let Some(order) = self.topo_order(&index, ordered)? {
             self.apply_order(&order);
         }
         Ok(())
@@ -414,28 +414,20 @@ impl Graph {
         for node in &self.nodes {
             check_node_fields(node)?;
         }
-        let (positions, ordered) = self.input_positions(&index)?;
-        let order = self.topo_order(&positions, ordered)?;
+        let ordered = self.inputs_ordered(&index)?;
+        let order = self.topo_order(&index, ordered)?;
         self.check_outputs(&index)?;
         let warnings = check_registry(self.nodes.iter(), registry)?;
         Ok((warnings, order))
     }
 
-    /// The position in `nodes` of every input, node after node, in one flat list; and whether every
-    /// input comes before its consumer. A `DanglingInput` error for an input that is not a node.
-    pub(crate) fn input_positions(
-        &self,
-        index: &IdIndex,
-    ) -> Result<(Vec<usize>, bool), GraphError> {
-        let mut positions = Vec::with_capacity(self.nodes.iter().map(|n| n.inputs.len()).sum());
+    /// Whether every input comes before its consumer. A `DanglingInput` error for the first input that is not a node.
+    pub(crate) fn inputs_ordered(&self, index: &IdIndex) -> Result<bool, GraphError> {
         let mut ordered = true;
         for (i, node) in self.nodes.iter().enumerate() {
             for (k, input) in node.inputs.iter().enumerate() {
                 match index.get(*input) {
-                    Some(p) => {
-                        ordered &= p < i;
-                        positions.push(p);
-                    }
+                    Some(p) => ordered &= p < i,
                     None => {
                         return Err(GraphError::new(
                             GraphErrorKind::DanglingInput,
@@ -448,7 +440,7 @@ impl Graph {
                 }
             }
         }
-        Ok((positions, ordered))
+        Ok(ordered)
     }
 
     fn check_outputs(&self, index: &IdIndex) -> Result<(), GraphError> {
@@ -464,15 +456,18 @@ impl Graph {
     }
 
     /// A stable topological order (positions in `nodes`), or `None` if the nodes are already
-    /// ordered; `positions` and `ordered` come from `input_positions`.
+    /// ordered; `ordered` comes from [`Graph::inputs_ordered`], which found every input in `index`.
     pub(crate) fn topo_order(
         &self,
-        positions: &[usize],
+        index: &IdIndex,
         ordered: bool,
     ) -> Result<Option<Vec<usize>>, GraphError> {
         if ordered {
             return Ok(None);
         }
+        // The position of every input, node after node, in one flat list.
+        let positions: Vec<usize> = self.nodes.iter().flat_map(|n| n.inputs.iter().map(|id| index.get(*id).unwrap_or(0))).collect();
+        let positions = positions.as_slice();
         let n = self.nodes.len();
         // Where each node's inputs start in `positions`.
         let mut offsets = Vec::with_capacity(n + 1);

@@ -23,7 +23,13 @@ pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError>
     if bytes.starts_with(read::BOM) {
         return Err(read::bom_error());
     }
-    parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes)?.into_graph()
+    // Valid UTF-8 checked once, in bulk, rather than string by string; invalid UTF-8 is left to serde_json, whose
+    // error says where.
+    let raw = match std::str::from_utf8(bytes) {
+        Ok(text) => parse_raw(serde_json::Deserializer::from_str(text), max_nodes),
+        Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
+    };
+    raw?.into_graph()
 }
 
 /// [`parse`] on JSON that streams in (a FIFO, a device): `reader` stops it at its byte limit, and checks the

@@ -87,8 +87,8 @@ impl Serialize for Graph {
 /// The order to write nodes in: topological when the graph allows one, else as stored.
 fn write_order(g: &Graph) -> Option<Vec<usize>> {
     let index = g.id_index().ok()?;
-    let (positions, ordered) = g.input_positions(&index).ok()?;
-    g.topo_order(&positions, ordered).ok().flatten()
+    let ordered = g.inputs_ordered(&index).ok()?;
+    g.topo_order(&index, ordered).ok().flatten()
 }
 
 /// JSON on one line with a space after `,` and `:` (`{"id": 0, "shape": [1, 8]}`).
@@ -246,7 +246,8 @@ struct Emit {
 
 impl Emit {
     fn str(&self, buf: &mut Vec<u8>, s: &str) {
-        if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        // every byte tested (no early exit), which the compiler turns into vector code
+        if !s.bytes().fold(false, |escape, b| escape | (b < 0x20) | (b == b'"') | (b == b'\\')) {
             buf.reserve(s.len() + 2);
             buf.push(b'"');
             buf.extend_from_slice(s.as_bytes());
