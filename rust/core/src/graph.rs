@@ -9,6 +9,7 @@
 mod lean;
 mod load;
 mod read;
+mod split;
 mod write;
 
 pub use lean::{Fields, Interner, Shape, Sym};

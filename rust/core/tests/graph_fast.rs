@@ -99,3 +99,94 @@ fn the_fast_writer_prints_what_serde_prints_in_one_block_and_in_many() {
         assert!(g.to_json_string_pretty() == expected, "pretty, {n} nodes");
     }
 }
+
+/// A graph.json of `n` Relu nodes over one input, about 70 bytes a node (over 4 MiB from 60,000 nodes on, where
+/// loading reads the nodes list in two parts); `node(i)` may replace node i's text.
+fn long_graph(n: usize, node: impl Fn(usize) -> Option<String>) -> String {
+    let mut text = String::from(r#"{"format": "rlx-graph", "version": 1, "name": "long", "nodes": ["#);
+    for i in 0..n {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        let default = if i == 0 {
+            r#"{"id": 0, "op": "Input", "shape": [1, 8], "dtype": "f32"}"#.to_string()
+        } else {
+            format!(r#"{{"id": {i}, "op": "Relu", "name": "r{i}", "inputs": [{}], "shape": [1, 8], "dtype": "f32"}}"#, i - 1)
+        };
+        text.push_str(&node(i).unwrap_or(default));
+    }
+    text.push_str(&format!(r#"], "outputs": [{}], "after": {{"k": [1, 2]}}}}"#, n - 1));
+    text
+}
+
+/// Loading from bytes (in two parts when large) gives what loading the same text as a stream (in one piece) gives:
+/// the same graph, or the same error.
+fn same_as_one_piece(text: &str) {
+    let reg = Registry::builtin();
+    let parts = Graph::from_json_slice(text.as_bytes(), reg);
+    let one = Graph::from_reader_limits(text.as_bytes(), reg, rlx_rules_core::graph::DEFAULT_MAX_NODES, u64::MAX);
+    match (parts, one) {
+        (Ok((a, wa)), Ok((b, wb))) => {
+            assert!(a == b, "the graphs differ");
+            assert_eq!(wa, wb);
+        }
+        (Err(a), Err(b)) => assert_eq!((a.kind, a.message), (b.kind, b.message)),
+        (a, b) => panic!("{:?} vs {:?}", a.map(|_| ()), b.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_large_graph_read_in_two_parts_is_the_graph_read_in_one() {
+    let n = 80_000;
+    let text = long_graph(n, |_| None);
+    assert!(text.len() > 4 << 20);
+    same_as_one_piece(&text);
+    let (g, _) = Graph::from_json_slice(text.as_bytes(), Registry::builtin()).unwrap();
+    assert_eq!(g.nodes.len(), n);
+    assert_eq!(g.nodes[n - 1].name.as_deref(), Some(format!("r{}", n - 1).as_str()));
+    assert_eq!(g.extra["after"]["k"][1], 2);
+    // white box: each part shares its op names through an interner of its own, so two copies of "Relu" show that the
+    // list was read in two parts (this test would pass vacuously if it never were)
+    assert_ne!(g.nodes[1].op.as_str().as_ptr(), g.nodes[n - 1].op.as_str().as_ptr());
+}
+
+#[test]
+fn a_cut_inside_a_string_or_a_value_is_not_taken_for_a_node_boundary() {
+    // names and attribute values around the middle that look like the place between two nodes
+    let fake = r#"}, {\"id\": 5, \"op\": \"Relu\"}, {"#;
+    let text = long_graph(80_000, |i| {
+        (i > 39_000 && i % 7 == 0).then(|| {
+            format!(r#"{{"id": {i}, "op": "Relu", "name": "{fake}", "inputs": [{}], "attrs": {{"a": [{{"x": 1}}, {{"y": 2}}], "s": "{fake}"}}}}"#, i - 1)
+        })
+    });
+    same_as_one_piece(&text);
+}
+
+#[test]
+fn errors_found_in_either_part_read_as_in_one_piece() {
+    let bad_op = |at: usize| move |i: usize| (i == at).then(|| format!(r#"{{"id": {i}, "op": 5, "inputs": [{}]}}"#, i - 1));
+    same_as_one_piece(&long_graph(80_000, bad_op(70_000)));
+    same_as_one_piece(&long_graph(80_000, bad_op(100)));
+    // a dangling input, a duplicate id, a cycle: found after reading, by index
+    same_as_one_piece(&long_graph(80_000, |i| (i == 79_000).then(|| format!(r#"{{"id": {i}, "op": "Relu", "inputs": [900000]}}"#))));
+    same_as_one_piece(&long_graph(80_000, |i| (i == 79_000).then(|| r#"{"id": 3, "op": "Relu", "inputs": [1]}"#.to_string())));
+    // malformed JSON late in the list, and a value nested past serde_json's limit
+    same_as_one_piece(&long_graph(80_000, |i| (i == 75_000).then(|| format!(r#"{{"id": {i}, "op": "Relu", "inputs": [{}],}}"#, i - 1))));
+    let deep = format!("{}1{}", "[".repeat(126), "]".repeat(126));
+    same_as_one_piece(&long_graph(80_000, |i| (i == 75_000).then(|| format!(r#"{{"id": {i}, "op": "Relu", "inputs": [{}], "deep": {deep}}}"#, i - 1))));
+    let fits = format!("{}1{}", "[".repeat(90), "]".repeat(90));
+    same_as_one_piece(&long_graph(80_000, |i| (i == 75_000).then(|| format!(r#"{{"id": {i}, "op": "Relu", "inputs": [{}], "deep": {fits}}}"#, i - 1))));
+    // the nodes list given twice, and trailing text
+    let text = long_graph(80_000, |_| None);
+    same_as_one_piece(&text.replacen(r#""nodes": ["#, r#""nodes": [], "nodes": ["#, 1));
+    same_as_one_piece(&format!("{text} x"));
+}
+
+#[test]
+fn the_node_limit_holds_when_the_list_is_read_in_two_parts() {
+    let text = long_graph(80_000, |_| None);
+    let reg = Registry::builtin();
+    let e = Graph::from_json_slice_max(text.as_bytes(), reg, 79_999).unwrap_err();
+    assert_eq!(e.kind, GraphErrorKind::TooLarge);
+    assert!(Graph::from_json_slice_max(text.as_bytes(), reg, 80_000).is_ok());
+}

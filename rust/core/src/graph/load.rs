@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    read, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId, Sym,
+    read, split, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId, Sym,
     GRAPH_FORMAT, GRAPH_VERSION,
 };
 
@@ -26,7 +26,12 @@ pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError>
     // Valid UTF-8 checked once, in bulk, rather than string by string; invalid UTF-8 is left to serde_json, whose
     // error says where.
     let raw = match std::str::from_utf8(bytes) {
-        Ok(text) => parse_raw(serde_json::Deserializer::from_str(text), max_nodes),
+        Ok(text) => {
+            if let Some(graph) = split::parse(text, max_nodes) {
+                return Ok(graph);
+            }
+            parse_raw(serde_json::Deserializer::from_str(text), max_nodes)
+        }
         Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
     };
     raw?.into_graph()
@@ -60,7 +65,7 @@ fn format_error(message: String) -> GraphError {
 
 /// A JSON value read without keeping the contents of lists and objects.
 #[derive(Clone, Debug, PartialEq)]
-enum Atom {
+pub(super) enum Atom {
     U64(u64),
     I64(i64),
     F64(f64),
@@ -168,7 +173,7 @@ impl Item for Dim {
 /// A list of items (`T`: the items, or `()` when they were left in a buffer, see [`ListSeed`]); or the position
 /// and value of the first element that is not an item; or whatever stood where a list was expected.
 #[derive(Debug)]
-enum List<T> {
+pub(super) enum List<T> {
     Items(T),
     Bad(usize, Atom),
     Not(Atom),
@@ -432,7 +437,7 @@ struct RawNode {
     extra: Map<String, Value>,
 }
 
-fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<String>) {
+pub(super) fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<String>) {
     if slot.is_some() && duplicate.is_none() {
         *duplicate = Some(key.to_string());
     }
@@ -441,7 +446,7 @@ fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<Stri
 
 /// Where a node's inputs, dims and attributes are read before they are copied out at their size.
 #[derive(Default)]
-struct Buffers {
+pub(super) struct Buffers {
     inputs: Vec<NodeId>,
     dims: Vec<Dim>,
     attrs: Vec<(Sym, Value)>,
@@ -449,11 +454,11 @@ struct Buffers {
 
 /// Reads the node at index `index`, its op, dtype and attribute names shared through `interner`, and converts it
 /// (unless `convert` is false: after an error, the rest of the list is only read).
-struct NodeSeed<'a> {
-    interner: &'a mut Interner,
-    buffers: &'a mut Buffers,
-    index: usize,
-    convert: bool,
+pub(super) struct NodeSeed<'a> {
+    pub(super) interner: &'a mut Interner,
+    pub(super) buffers: &'a mut Buffers,
+    pub(super) index: usize,
+    pub(super) convert: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
@@ -541,7 +546,7 @@ fn not_object(atom: Atom) -> RawNode {
 /// The `nodes` field: the nodes converted as they are read (with the first node error, if any),
 /// or whatever stood there instead of a list.
 #[derive(Debug)]
-enum RawNodes {
+pub(super) enum RawNodes {
     Items(Vec<Node>, Option<GraphError>),
     Not(Atom),
 }
@@ -615,15 +620,15 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
 
 /// The top-level object, as read.
 #[derive(Debug, Default)]
-struct RawGraph {
-    not_object: Option<Atom>,
-    duplicate: Option<String>,
-    format: Option<Atom>,
-    version: Option<Atom>,
-    name: Option<Atom>,
-    nodes: Option<RawNodes>,
-    outputs: Option<List<Vec<NodeId>>>,
-    extra: Map<String, Value>,
+pub(super) struct RawGraph {
+    pub(super) not_object: Option<Atom>,
+    pub(super) duplicate: Option<String>,
+    pub(super) format: Option<Atom>,
+    pub(super) version: Option<Atom>,
+    pub(super) name: Option<Atom>,
+    pub(super) nodes: Option<RawNodes>,
+    pub(super) outputs: Option<List<Vec<NodeId>>>,
+    pub(super) extra: Map<String, Value>,
 }
 
 /// Reads the top-level object, keeping at most `.0` nodes.
@@ -707,7 +712,7 @@ impl<'de> DeserializeSeed<'de> for GraphSeed {
 }
 
 impl RawGraph {
-    fn into_graph(self) -> Result<Graph, GraphError> {
+    pub(super) fn into_graph(self) -> Result<Graph, GraphError> {
         if let Some(found) = self.not_object {
             return Err(format_error(format!(
                 "the top level must be a graph object, found {found}"
