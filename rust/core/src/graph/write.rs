@@ -237,6 +237,19 @@ fn write_nodes<'a, W: Write + ?Sized>(e: &Emit, n: usize, node_at: impl Fn(usize
     })
 }
 
+/// The bytes serde_json escapes in a string: control characters, `"` and `\\`.
+static ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 /// Prints graph.json pieces by hand into a byte buffer: integers through `itoa`, strings copied as they are when
 /// nothing in them needs escaping, and everything else (an escaped string, a float, a list or object value)
 /// through serde_json with the same formatter, so the bytes are the same as [`put`]'s.
@@ -246,8 +259,7 @@ struct Emit {
 
 impl Emit {
     fn str(&self, buf: &mut Vec<u8>, s: &str) {
-        // every byte tested (no early exit), which the compiler turns into vector code
-        if !s.bytes().fold(false, |escape, b| escape | (b < 0x20) | (b == b'"') | (b == b'\\')) {
+        if !s.bytes().any(|b| ESCAPED[usize::from(b)]) {
             buf.reserve(s.len() + 2);
             buf.push(b'"');
             buf.extend_from_slice(s.as_bytes());
