@@ -153,6 +153,7 @@ fn read_graph(
                 let (mut nodes, at_cut) = read_nodes(&mut c, Some(cut), &mut Interner::default(), &mut Buffers::default())?;
                 if at_cut {
                     let (rest, end) = (second.take()?)()?;
+                    nodes.reserve_exact(rest.len()); // not the doubling that `extend` would ask for
                     nodes.extend(rest);
                     c.pos = end;
                 }
