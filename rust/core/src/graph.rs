@@ -9,6 +9,7 @@
 mod lean;
 mod load;
 mod read;
+mod split;
 mod write;
 
 pub use lean::{Fields, Interner, Shape, Sym};
@@ -22,7 +23,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::registry::Registry;
+use crate::registry::{OpSpec, Registry};
 
 /// The id of a node, unique within a graph.
 pub type NodeId = u64;
@@ -354,8 +355,8 @@ impl Graph {
     /// node in the current order, so an ordered graph is left unchanged.
     pub fn toposort(&mut self) -> Result<(), GraphError> {
         let index = self.id_index()?;
-        let (positions, ordered) = self.input_positions(&index)?;
-        if let Some(order) = self.topo_order(&positions, ordered)? {
+        let ordered = self.inputs_ordered(&index)?;
+        if let Some(order) = self.topo_order(&index, ordered)? {
             self.apply_order(&order);
         }
         Ok(())
@@ -421,28 +422,20 @@ impl Graph {
         for node in &self.nodes {
             check_node_fields(node)?;
         }
-        let (positions, ordered) = self.input_positions(&index)?;
-        let order = self.topo_order(&positions, ordered)?;
+        let ordered = self.inputs_ordered(&index)?;
+        let order = self.topo_order(&index, ordered)?;
         self.check_outputs(&index)?;
         let warnings = check_registry(self.nodes.iter(), registry)?;
         Ok((warnings, order))
     }
 
-    /// The position in `nodes` of every input, node after node, in one flat list; and whether every
-    /// input comes before its consumer. A `DanglingInput` error for an input that is not a node.
-    pub(crate) fn input_positions(
-        &self,
-        index: &IdIndex,
-    ) -> Result<(Vec<usize>, bool), GraphError> {
-        let mut positions = Vec::with_capacity(self.nodes.iter().map(|n| n.inputs.len()).sum());
+    /// Whether every input comes before its consumer. A `DanglingInput` error for the first input that is not a node.
+    pub(crate) fn inputs_ordered(&self, index: &IdIndex) -> Result<bool, GraphError> {
         let mut ordered = true;
         for (i, node) in self.nodes.iter().enumerate() {
             for (k, input) in node.inputs.iter().enumerate() {
                 match index.get(*input) {
-                    Some(p) => {
-                        ordered &= p < i;
-                        positions.push(p);
-                    }
+                    Some(p) => ordered &= p < i,
                     None => {
                         return Err(GraphError::new(
                             GraphErrorKind::DanglingInput,
@@ -455,7 +448,7 @@ impl Graph {
                 }
             }
         }
-        Ok((positions, ordered))
+        Ok(ordered)
     }
 
     fn check_outputs(&self, index: &IdIndex) -> Result<(), GraphError> {
@@ -471,15 +464,18 @@ impl Graph {
     }
 
     /// A stable topological order (positions in `nodes`), or `None` if the nodes are already
-    /// ordered; `positions` and `ordered` come from `input_positions`.
+    /// ordered; `ordered` comes from [`Graph::inputs_ordered`], which found every input in `index`.
     pub(crate) fn topo_order(
         &self,
-        positions: &[usize],
+        index: &IdIndex,
         ordered: bool,
     ) -> Result<Option<Vec<usize>>, GraphError> {
         if ordered {
             return Ok(None);
         }
+        // The position of every input, node after node, in one flat list.
+        let positions: Vec<usize> = self.nodes.iter().flat_map(|n| n.inputs.iter().map(|id| index.get(*id).unwrap_or(0))).collect();
+        let positions = positions.as_slice();
         let n = self.nodes.len();
         // Where each node's inputs start in `positions`.
         let mut offsets = Vec::with_capacity(n + 1);
@@ -578,14 +574,40 @@ impl Graph {
     }
 }
 
+/// Registry lookups by an op's shared string: a loaded graph's ops are a handful of [`Sym`]s, so a short list
+/// compared by address answers most lookups without comparing strings (two live `Sym`s at one address and of one
+/// length hold the same text).
+struct SpecCache<'r> {
+    registry: &'r Registry,
+    seen: Vec<(*const u8, usize, Option<&'r OpSpec>)>,
+}
+
+impl<'r> SpecCache<'r> {
+    /// How many ops the list remembers; lookups of others go to the registry.
+    const SIZE: usize = 32;
+
+    fn get(&mut self, op: &Sym) -> Option<&'r OpSpec> {
+        let key = (op.as_ptr(), op.len());
+        if let Some(&(_, _, spec)) = self.seen.iter().find(|(p, n, _)| (*p, *n) == key) {
+            return spec;
+        }
+        let spec = self.registry.get(op);
+        if self.seen.len() < Self::SIZE {
+            self.seen.push((key.0, key.1, spec));
+        }
+        spec
+    }
+}
+
 /// Registry checks (arity, attribute types) of `nodes`.
 pub(crate) fn check_registry<'a>(nodes: impl Iterator<Item = &'a Node>, registry: &Registry) -> Result<Vec<Warning>, GraphError> {
     let mut warnings = Vec::new();
     // One warning per unknown op, and per unknown (op, attribute), at its first node.
     let mut unknown_ops: HashMap<&str, (usize, usize)> = HashMap::new(); // op -> (warning, count)
     let mut unknown_attrs: HashMap<(&str, &str), ()> = HashMap::new();
+    let mut specs = SpecCache { registry, seen: Vec::new() };
     for node in nodes {
-        let Some(spec) = registry.get(&node.op) else {
+        let Some(spec) = specs.get(&node.op) else {
             match unknown_ops.get_mut(node.op.as_str()) {
                 Some((_, count)) => *count += 1,
                 None => {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    read, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId, Sym,
+    read, split, node_label, quote, Dim, Fields, Graph, GraphError, GraphErrorKind, Interner, Node, NodeId, Sym,
     GRAPH_FORMAT, GRAPH_VERSION,
 };
 
@@ -23,7 +23,18 @@ pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError>
     if bytes.starts_with(read::BOM) {
         return Err(read::bom_error());
     }
-    parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes)?.into_graph()
+    // Valid UTF-8 checked once, in bulk, rather than string by string; invalid UTF-8 is left to serde_json, whose
+    // error says where.
+    let raw = match std::str::from_utf8(bytes) {
+        Ok(text) => {
+            if let Some(graph) = split::parse(text, max_nodes) {
+                return Ok(graph);
+            }
+            parse_raw(serde_json::Deserializer::from_str(text), max_nodes)
+        }
+        Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
+    };
+    raw?.into_graph()
 }
 
 /// [`parse`] on JSON that streams in (a FIFO, a device): `reader` stops it at its byte limit, and checks the
@@ -54,7 +65,7 @@ fn format_error(message: String) -> GraphError {
 
 /// A JSON value read without keeping the contents of lists and objects.
 #[derive(Clone, Debug, PartialEq)]
-enum Atom {
+pub(super) enum Atom {
     U64(u64),
     I64(i64),
     F64(f64),
@@ -159,25 +170,42 @@ impl Item for Dim {
     }
 }
 
-/// A list of items; or the position and value of the first element that is not an item; or
-/// whatever stood where a list was expected.
+/// A list of items (`T`: the items, or `()` when they were left in a buffer, see [`ListSeed`]); or the position
+/// and value of the first element that is not an item; or whatever stood where a list was expected.
 #[derive(Debug)]
-enum List<T> {
-    Items(Vec<T>),
+pub(super) enum List<T> {
+    Items(T),
     Bad(usize, Atom),
     Not(Atom),
 }
 
-impl<'de, T: Item> Deserialize<'de> for List<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<List<T>, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Item> Visitor<'de> for V<T> {
-            type Value = List<T>;
+impl<'de, T: Item> Deserialize<'de> for List<Vec<T>> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<List<Vec<T>>, D::Error> {
+        let mut items = Vec::new();
+        Ok(match ListSeed(&mut items).deserialize(d)? {
+            List::Items(()) => List::Items(items),
+            List::Bad(k, atom) => List::Bad(k, atom),
+            List::Not(atom) => List::Not(atom),
+        })
+    }
+}
+
+/// Reads a list, its items into the buffer `.0` (cleared first; reused from node to node, so that a node's inputs
+/// and shape are copied out once, at their size, and nothing is allocated per list).
+struct ListSeed<'a, T>(&'a mut Vec<T>);
+
+impl<'de, T: Item> DeserializeSeed<'de> for ListSeed<'_, T> {
+    type Value = List<()>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<List<()>, D::Error> {
+        struct V<'a, T>(&'a mut Vec<T>);
+        impl<'de, T: Item> Visitor<'de> for V<'_, T> {
+            type Value = List<()>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any JSON value")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
-                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<List<()>, A::Error> {
+                let items = self.0;
+                items.clear();
                 let mut bad = None;
                 while let Some(atom) = seq.next_element::<Atom>()? {
                     if bad.is_none() {
@@ -188,33 +216,33 @@ impl<'de, T: Item> Deserialize<'de> for List<T> {
                     }
                 }
                 Ok(match bad {
-                    None => List::Items(items),
+                    None => List::Items(()),
                     Some((k, atom)) => List::Bad(k, atom),
                 })
             }
-            fn visit_u64<E>(self, v: u64) -> Result<List<T>, E> {
+            fn visit_u64<E>(self, v: u64) -> Result<List<()>, E> {
                 Ok(List::Not(Atom::U64(v)))
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<List<T>, E> {
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<List<()>, E> {
                 AtomVisitor.visit_i64(v).map(List::Not)
             }
-            fn visit_f64<E>(self, v: f64) -> Result<List<T>, E> {
+            fn visit_f64<E>(self, v: f64) -> Result<List<()>, E> {
                 Ok(List::Not(Atom::F64(v)))
             }
-            fn visit_str<E>(self, v: &str) -> Result<List<T>, E> {
+            fn visit_str<E>(self, v: &str) -> Result<List<()>, E> {
                 Ok(List::Not(Atom::Str(v.to_owned())))
             }
-            fn visit_bool<E>(self, v: bool) -> Result<List<T>, E> {
+            fn visit_bool<E>(self, v: bool) -> Result<List<()>, E> {
                 Ok(List::Not(Atom::Bool(v)))
             }
-            fn visit_unit<E>(self) -> Result<List<T>, E> {
+            fn visit_unit<E>(self) -> Result<List<()>, E> {
                 Ok(List::Not(Atom::Null))
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<List<T>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<List<()>, A::Error> {
                 AtomVisitor.visit_map(map).map(List::Not)
             }
         }
-        d.deserialize_any(V(std::marker::PhantomData))
+        d.deserialize_any(V(self.0))
     }
 }
 
@@ -269,12 +297,12 @@ impl<'de> DeserializeSeed<'de> for NamedSeed<'_> {
 /// An object of attributes, or whatever stood where one was expected.
 #[derive(Debug)]
 enum Attrs {
-    Pairs(Vec<(Sym, Value)>, Option<String>), // the attributes in the order read, and a key given twice
+    Pairs(Option<String>), // the attributes are in the seed's buffer, in the order read; a key given twice
     Not(Atom),
 }
 
-/// Reads [`Attrs`], their names shared through the interner `.0`.
-struct AttrsSeed<'a>(&'a mut Interner);
+/// Reads [`Attrs`], their names shared through the interner `.0`, the pairs into the buffer `.1` (cleared first).
+struct AttrsSeed<'a>(&'a mut Interner, &'a mut Vec<(Sym, Value)>);
 
 /// Above this many attributes, a key given twice is found through a set rather than by scanning.
 const SCAN_KEYS: usize = 16;
@@ -282,14 +310,15 @@ const SCAN_KEYS: usize = 16;
 impl<'de> DeserializeSeed<'de> for AttrsSeed<'_> {
     type Value = Attrs;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Attrs, D::Error> {
-        struct V<'a>(&'a mut Interner);
+        struct V<'a>(&'a mut Interner, &'a mut Vec<(Sym, Value)>);
         impl<'de> Visitor<'de> for V<'_> {
             type Value = Attrs;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Attrs, A::Error> {
-                let mut out: Vec<(Sym, Value)> = Vec::new();
+                let out = self.1;
+                out.clear();
                 let mut seen: HashSet<Sym> = HashSet::new();
                 let mut dup = None;
                 while let Some(key) = map.next_key_seed(KeySeed(&mut *self.0))? {
@@ -308,7 +337,7 @@ impl<'de> DeserializeSeed<'de> for AttrsSeed<'_> {
                         out.push((key, value));
                     }
                 }
-                Ok(Attrs::Pairs(out, dup))
+                Ok(Attrs::Pairs(dup))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Attrs, A::Error> {
                 AtomVisitor.visit_seq(seq).map(Attrs::Not)
@@ -332,7 +361,7 @@ impl<'de> DeserializeSeed<'de> for AttrsSeed<'_> {
                 Ok(Attrs::Not(Atom::Null))
             }
         }
-        d.deserialize_any(V(self.0))
+        d.deserialize_any(V(self.0, self.1))
     }
 }
 
@@ -401,27 +430,41 @@ struct RawNode {
     id: Option<Atom>,
     op: Option<Named>,
     name: Option<Atom>,
-    inputs: Option<List<NodeId>>,
+    inputs: Option<List<()>>, // the items in the reader's buffers (Buffers)
     attrs: Option<Attrs>,
-    shape: Option<List<Dim>>,
+    shape: Option<List<()>>,
     dtype: Option<Named>,
     extra: Map<String, Value>,
 }
 
-fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<String>) {
+pub(super) fn set<T>(slot: &mut Option<T>, value: T, key: &str, duplicate: &mut Option<String>) {
     if slot.is_some() && duplicate.is_none() {
         *duplicate = Some(key.to_string());
     }
     *slot = Some(value);
 }
 
-/// Reads one node, its op, dtype and attribute names shared through the interner `.0`.
-struct NodeSeed<'a>(&'a mut Interner);
+/// Where a node's inputs, dims and attributes are read before they are copied out at their size.
+#[derive(Default)]
+pub(super) struct Buffers {
+    inputs: Vec<NodeId>,
+    dims: Vec<Dim>,
+    attrs: Vec<(Sym, Value)>,
+}
+
+/// Reads the node at index `index`, its op, dtype and attribute names shared through `interner`, and converts it
+/// (unless `convert` is false: after an error, the rest of the list is only read).
+pub(super) struct NodeSeed<'a> {
+    pub(super) interner: &'a mut Interner,
+    pub(super) buffers: &'a mut Buffers,
+    pub(super) index: usize,
+    pub(super) convert: bool,
+}
 
 impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
-    type Value = RawNode;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawNode, D::Error> {
-        struct V<'a>(&'a mut Interner);
+    type Value = Option<Result<Node, GraphError>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        struct V<'a>(&'a mut Interner, &'a mut Buffers);
         impl<'de> Visitor<'de> for V<'_> {
             type Value = RawNode;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -434,14 +477,14 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
                     match key {
                         NodeKey::Id => set(&mut n.id, map.next_value()?, "id", &mut dup),
                         NodeKey::Op => set(&mut n.op, map.next_value_seed(NamedSeed(&mut *self.0))?, "op", &mut dup),
-                        NodeKey::Name => set(&mut n.name, map.next_value()?, "name", &mut dup),
                         NodeKey::Inputs => {
-                            set(&mut n.inputs, map.next_value()?, "inputs", &mut dup)
+                            set(&mut n.inputs, map.next_value_seed(ListSeed(&mut self.1.inputs))?, "inputs", &mut dup)
                         }
+                        NodeKey::Name => set(&mut n.name, map.next_value()?, "name", &mut dup),
                         NodeKey::Attrs => {
-                            set(&mut n.attrs, map.next_value_seed(AttrsSeed(&mut *self.0))?, "attrs", &mut dup)
+                            set(&mut n.attrs, map.next_value_seed(AttrsSeed(&mut *self.0, &mut self.1.attrs))?, "attrs", &mut dup)
                         }
-                        NodeKey::Shape => set(&mut n.shape, map.next_value()?, "shape", &mut dup),
+                        NodeKey::Shape => set(&mut n.shape, map.next_value_seed(ListSeed(&mut self.1.dims))?, "shape", &mut dup),
                         NodeKey::Dtype => {
                             set(&mut n.dtype, map.next_value_seed(NamedSeed(&mut *self.0))?, "dtype", &mut dup)
                         }
@@ -478,7 +521,8 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
                 Ok(not_object(Atom::Null))
             }
         }
-        d.deserialize_any(V(self.0))
+        let raw = d.deserialize_any(V(&mut *self.interner, &mut *self.buffers))?;
+        Ok(self.convert.then(|| raw.into_node(self.index, self.interner, self.buffers)))
     }
 }
 
@@ -502,7 +546,7 @@ fn not_object(atom: Atom) -> RawNode {
 /// The `nodes` field: the nodes converted as they are read (with the first node error, if any),
 /// or whatever stood there instead of a list.
 #[derive(Debug)]
-enum RawNodes {
+pub(super) enum RawNodes {
     Items(Vec<Node>, Option<GraphError>),
     Not(Atom),
 }
@@ -522,17 +566,18 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawNodes, A::Error> {
                 let mut nodes = Vec::new();
                 let mut interner = Interner::default();
+                let mut buffers = Buffers::default();
                 let mut error = None;
                 let mut index = 0;
                 while index < self.0 {
-                    let Some(raw) = seq.next_element_seed(NodeSeed(&mut interner))? else {
+                    let seed = NodeSeed { interner: &mut interner, buffers: &mut buffers, index, convert: error.is_none() };
+                    let Some(read) = seq.next_element_seed(seed)? else {
                         return Ok(RawNodes::Items(nodes, error));
                     };
-                    if error.is_none() {
-                        match raw.into_node(index, &mut interner) {
-                            Ok(node) => nodes.push(node),
-                            Err(e) => error = Some(e),
-                        }
+                    match read {
+                        Some(Ok(node)) => nodes.push(node),
+                        Some(Err(e)) => error = Some(e),
+                        None => {}
                     }
                     index += 1;
                 }
@@ -575,15 +620,15 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
 
 /// The top-level object, as read.
 #[derive(Debug, Default)]
-struct RawGraph {
-    not_object: Option<Atom>,
-    duplicate: Option<String>,
-    format: Option<Atom>,
-    version: Option<Atom>,
-    name: Option<Atom>,
-    nodes: Option<RawNodes>,
-    outputs: Option<List<NodeId>>,
-    extra: Map<String, Value>,
+pub(super) struct RawGraph {
+    pub(super) not_object: Option<Atom>,
+    pub(super) duplicate: Option<String>,
+    pub(super) format: Option<Atom>,
+    pub(super) version: Option<Atom>,
+    pub(super) name: Option<Atom>,
+    pub(super) nodes: Option<RawNodes>,
+    pub(super) outputs: Option<List<Vec<NodeId>>>,
+    pub(super) extra: Map<String, Value>,
 }
 
 /// Reads the top-level object, keeping at most `.0` nodes.
@@ -667,7 +712,7 @@ impl<'de> DeserializeSeed<'de> for GraphSeed {
 }
 
 impl RawGraph {
-    fn into_graph(self) -> Result<Graph, GraphError> {
+    pub(super) fn into_graph(self) -> Result<Graph, GraphError> {
         if let Some(found) = self.not_object {
             return Err(format_error(format!(
                 "the top level must be a graph object, found {found}"
@@ -743,7 +788,7 @@ impl RawGraph {
 
 impl RawNode {
     /// The node, its op, dtype and shape shared through `interner`.
-    fn into_node(self, index: usize, interner: &mut Interner) -> Result<Node, GraphError> {
+    fn into_node(self, index: usize, interner: &mut Interner, buffers: &mut Buffers) -> Result<Node, GraphError> {
         let at = || format!("the node at index {index} of \"nodes\"");
         if let Some(found) = self.not_object {
             return Err(format_error(format!(
@@ -793,7 +838,7 @@ impl RawNode {
         };
         let inputs = match self.inputs {
             None => Vec::new(),
-            Some(List::Items(ids)) => ids,
+            Some(List::Items(())) => buffers.inputs.as_slice().into(),
             Some(List::Bad(k, other)) => {
                 return Err(format_error(format!(
                     "{}: an input must be a node id (an integer >= 0), found {other} (field \"inputs\"[{k}])", label()
@@ -807,8 +852,8 @@ impl RawNode {
         };
         let attrs = match self.attrs {
             None => Vec::new(),
-            Some(Attrs::Pairs(pairs, None)) => pairs,
-            Some(Attrs::Pairs(_, Some(key))) => {
+            Some(Attrs::Pairs(None)) => buffers.attrs.drain(..).collect(),
+            Some(Attrs::Pairs(Some(key))) => {
                 return Err(format_error(format!(
                     "{}: attribute {} is given twice (field \"attrs\")",
                     label(),
@@ -824,7 +869,7 @@ impl RawNode {
         };
         let shape = match self.shape {
             None | Some(List::Not(Atom::Null)) => None,
-            Some(List::Items(dims)) => Some(interner.shape(&dims)),
+            Some(List::Items(())) => Some(interner.shape(&buffers.dims)),
             Some(List::Bad(k, other)) => {
                 return Err(format_error(format!(
                     "{}: a dim must be an integer >= 0 or a non-empty string, found {other} (field \"shape\"[{k}])", label()

@@ -132,9 +132,28 @@ impl<R: Read> Read for Bounded<R> {
 /// serde_json would have read as a float. Checked after the graph is validated, so that a known field (an id,
 /// an integer attribute) reports its own located error first.
 pub(super) fn check_integers(bytes: &[u8]) -> Result<(), GraphError> {
+    if !has_long_digit_run(bytes) {
+        return Ok(());
+    }
     let mut scan = IntegerScan::default();
     scan.feed(bytes);
     scan.result()
+}
+
+/// The fewest digits an integer literal that does not fit in 64 bits can have (u64::MAX has 20, i64::MIN 19).
+const LONG_RUN: usize = 19;
+
+/// Whether `bytes` hold a run of [`LONG_RUN`] or more ASCII digits anywhere (inside strings too): without one, no
+/// integer literal can be out of range, and the exact scan is skipped. Every such run covers a byte whose offset is a
+/// multiple of `LONG_RUN - 1`, so only those bytes are tested, and the run around a digit found there is measured.
+fn has_long_digit_run(bytes: &[u8]) -> bool {
+    (0..bytes.len()).step_by(LONG_RUN - 1).any(|p| {
+        bytes[p].is_ascii_digit() && {
+            let after = bytes[p..].iter().take(LONG_RUN).take_while(|b| b.is_ascii_digit()).count();
+            let before = bytes[..p].iter().rev().take(LONG_RUN).take_while(|b| b.is_ascii_digit()).count();
+            before + after >= LONG_RUN
+        }
+    })
 }
 
 /// Finds integer literals outside strings beyond u64 (or below i64::MIN), which serde_json would read as

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::ser::{CompactFormatter, Formatter};
+use serde_json::Value;
 
 use super::{Dim, Graph, GraphError, GraphErrorKind, Node, GRAPH_FORMAT, GRAPH_VERSION};
 
@@ -86,8 +87,8 @@ impl Serialize for Graph {
 /// The order to write nodes in: topological when the graph allows one, else as stored.
 fn write_order(g: &Graph) -> Option<Vec<usize>> {
     let index = g.id_index().ok()?;
-    let (positions, ordered) = g.input_positions(&index).ok()?;
-    g.topo_order(&positions, ordered).ok().flatten()
+    let ordered = g.inputs_ordered(&index).ok()?;
+    g.topo_order(&index, ordered).ok().flatten()
 }
 
 /// JSON on one line with a space after `,` and `:` (`{"id": 0, "shape": [1, 8]}`).
@@ -131,40 +132,236 @@ pub(super) fn to_string(g: &Graph, pretty: bool) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// Write the graph as graph.json to `out`, node by node (compact, or one node per line).
+/// Write the graph as graph.json to `out`, node by node (compact, or one node per line). The bytes are those of the
+/// [`Serialize`] impls above (compact) or of [`Spaced`] node lines; [`Emit`] prints them faster.
 pub(super) fn write_to<W: Write + ?Sized>(g: &Graph, pretty: bool, out: &mut W) -> io::Result<()> {
-    if !pretty {
-        return put(out, g, false);
-    }
-    out.write_all(b"{\n  \"format\": ")?;
-    put(out, GRAPH_FORMAT, true)?;
-    out.write_all(format!(",\n  \"version\": {GRAPH_VERSION}").as_bytes())?;
+    let e = Emit { spaced: pretty };
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(if pretty { b"{\n  \"format\": " } else { b"{\"format\":" });
+    e.str(&mut head, GRAPH_FORMAT);
+    e.key(&mut head, if pretty { ",\n  " } else { "," }, "version");
+    e.u64(&mut head, GRAPH_VERSION);
     if let Some(name) = &g.name {
-        out.write_all(b",\n  \"name\": ")?;
-        put(out, name, true)?;
+        e.key(&mut head, if pretty { ",\n  " } else { "," }, "name");
+        e.str(&mut head, name);
     }
-    out.write_all(b",\n  \"nodes\": [")?;
+    e.key(&mut head, if pretty { ",\n  " } else { "," }, "nodes");
+    head.push(b'[');
+    out.write_all(&head)?;
     let order = write_order(g);
-    let nodes: Box<dyn Iterator<Item = &Node>> = match &order {
-        Some(order) => Box::new(order.iter().map(|&i| &g.nodes[i])),
-        None => Box::new(g.nodes.iter()),
+    let node_at = |k: usize| match &order {
+        Some(order) => &g.nodes[order[k]],
+        None => &g.nodes[k],
     };
-    for (k, node) in nodes.enumerate() {
-        out.write_all(if k == 0 { b"\n    " } else { b",\n    " })?;
-        put(out, node, true)?;
+    write_nodes(&e, g.nodes.len(), node_at, out)?;
+    let mut tail = Vec::with_capacity(64 + 8 * g.outputs.len());
+    if pretty {
+        tail.extend_from_slice(if g.nodes.is_empty() { b"]" } else { b"\n  ]" });
+    } else {
+        tail.push(b']');
     }
-    out.write_all(if g.nodes.is_empty() { b"]" } else { b"\n  ]" })?;
-    out.write_all(b",\n  \"outputs\": ")?;
-    put(out, &g.outputs, true)?;
+    e.key(&mut tail, if pretty { ",\n  " } else { "," }, "outputs");
+    e.ids(&mut tail, &g.outputs);
     for (k, v) in &g.extra {
         if !GRAPH_FIELDS.contains(&k.as_str()) {
-            out.write_all(b",\n  ")?;
-            put(out, k, true)?;
-            out.write_all(b": ")?;
-            put(out, v, true)?;
+            e.key(&mut tail, if pretty { ",\n  " } else { "," }, k);
+            e.value(&mut tail, v);
         }
     }
-    out.write_all(b"\n}\n")
+    tail.extend_from_slice(if pretty { b"\n}\n" } else { b"}" });
+    out.write_all(&tail)
+}
+
+/// Nodes printed into one buffer before it is written: about a megabyte of text.
+const BLOCK_NODES: usize = 8192;
+/// The most threads that print nodes at once (the calling one included).
+const MAX_PRINTERS: usize = 4;
+
+/// Write `n` nodes (`node_at(k)` for k in 0..n), separated as graph.json separates them, printed in blocks of
+/// [`BLOCK_NODES`]. With more than one block and more than one core, helper threads print every other block (or
+/// one in each `printers`) while this one prints the rest and writes all of them in order: the same bytes, in the
+/// same order, as printing them one by one; at most two blocks per helper wait in memory.
+fn write_nodes<'a, W: Write + ?Sized>(e: &Emit, n: usize, node_at: impl Fn(usize) -> &'a Node + Sync, out: &mut W) -> io::Result<()> {
+    let blocks = n.div_ceil(BLOCK_NODES);
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let printers = cores.min(MAX_PRINTERS).min(blocks).max(1);
+    let print = |b: usize, buf: &mut Vec<u8>| {
+        buf.clear();
+        for k in b * BLOCK_NODES..((b + 1) * BLOCK_NODES).min(n) {
+            if e.spaced {
+                buf.extend_from_slice(if k == 0 { b"\n    " } else { b",\n    " });
+            } else if k > 0 {
+                buf.push(b',');
+            }
+            e.node(buf, node_at(k));
+        }
+    };
+    let mut buf = Vec::new();
+    if printers == 1 {
+        for b in 0..blocks {
+            print(b, &mut buf);
+            out.write_all(&buf)?;
+        }
+        return Ok(());
+    }
+    std::thread::scope(|scope| {
+        let mut helpers = Vec::with_capacity(printers - 1);
+        for h in 1..printers {
+            let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+            let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            let print = &print;
+            scope.spawn(move || {
+                for b in (h..blocks).step_by(printers) {
+                    let mut buf = empty_rx.try_recv().unwrap_or_default();
+                    print(b, &mut buf);
+                    if full_tx.send(buf).is_err() {
+                        return; // the writer stopped on an error
+                    }
+                }
+            });
+            helpers.push((full_rx, empty_tx));
+        }
+        for b in 0..blocks {
+            let h = b % printers;
+            if h == 0 {
+                print(b, &mut buf);
+                out.write_all(&buf)?;
+            } else {
+                let (full_rx, empty_tx) = &helpers[h - 1];
+                let done = full_rx.recv().map_err(|_| io::Error::other("a node printer stopped"))?;
+                out.write_all(&done)?;
+                let _ = empty_tx.send(done);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The bytes serde_json escapes in a string: control characters, `"` and `\\`.
+static ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// Prints graph.json pieces by hand into a byte buffer: integers through `itoa`, strings copied as they are when
+/// nothing in them needs escaping, and everything else (an escaped string, a float, a list or object value)
+/// through serde_json with the same formatter, so the bytes are the same as [`put`]'s.
+struct Emit {
+    spaced: bool,
+}
+
+impl Emit {
+    fn str(&self, buf: &mut Vec<u8>, s: &str) {
+        if !s.bytes().any(|b| ESCAPED[usize::from(b)]) {
+            buf.reserve(s.len() + 2);
+            buf.push(b'"');
+            buf.extend_from_slice(s.as_bytes());
+            buf.push(b'"');
+        } else {
+            let _ = put(buf, s, self.spaced); // into memory: cannot fail
+        }
+    }
+
+    fn u64(&self, buf: &mut Vec<u8>, n: u64) {
+        buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    /// `sep` then `"key":` (`"key": ` when spaced).
+    fn key(&self, buf: &mut Vec<u8>, sep: &str, key: &str) {
+        buf.extend_from_slice(sep.as_bytes());
+        self.str(buf, key);
+        buf.extend_from_slice(if self.spaced { b": " } else { b":" });
+    }
+
+    /// The separator between list items or object entries.
+    fn comma(&self) -> &'static [u8] {
+        if self.spaced { b", " } else { b"," }
+    }
+
+    fn ids(&self, buf: &mut Vec<u8>, ids: &[u64]) {
+        buf.push(b'[');
+        for (k, id) in ids.iter().enumerate() {
+            if k > 0 {
+                buf.extend_from_slice(self.comma());
+            }
+            self.u64(buf, *id);
+        }
+        buf.push(b']');
+    }
+
+    fn value(&self, buf: &mut Vec<u8>, v: &Value) {
+        match v {
+            Value::Null => buf.extend_from_slice(b"null"),
+            Value::Bool(b) => buf.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Value::String(s) => self.str(buf, s),
+            Value::Number(n) if n.is_u64() || n.is_i64() => match n.as_u64() {
+                Some(u) => self.u64(buf, u),
+                None => buf.extend_from_slice(itoa::Buffer::new().format(n.as_i64().unwrap_or_default()).as_bytes()),
+            },
+            _ => {
+                let _ = put(buf, v, self.spaced); // into memory: cannot fail
+            }
+        }
+    }
+
+    /// A node, as [`Node`]'s `Serialize` impl writes it.
+    fn node(&self, buf: &mut Vec<u8>, node: &Node) {
+        let sep = if self.spaced { ", " } else { "," };
+        buf.push(b'{');
+        self.key(buf, "", "id");
+        self.u64(buf, node.id);
+        self.key(buf, sep, "op");
+        self.str(buf, &node.op);
+        if let Some(name) = &node.name {
+            self.key(buf, sep, "name");
+            self.str(buf, name);
+        }
+        if !node.inputs.is_empty() {
+            self.key(buf, sep, "inputs");
+            self.ids(buf, &node.inputs);
+        }
+        if !node.attrs.is_empty() {
+            self.key(buf, sep, "attrs");
+            buf.push(b'{');
+            for (k, (key, v)) in node.attrs.iter().enumerate() {
+                self.key(buf, if k == 0 { "" } else { sep }, key);
+                self.value(buf, v);
+            }
+            buf.push(b'}');
+        }
+        if let Some(shape) = &node.shape {
+            self.key(buf, sep, "shape");
+            buf.push(b'[');
+            for (k, dim) in shape.iter().enumerate() {
+                if k > 0 {
+                    buf.extend_from_slice(self.comma());
+                }
+                match dim {
+                    Dim::Static(n) => buf.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
+                    Dim::Symbolic(s) => self.str(buf, s),
+                }
+            }
+            buf.push(b']');
+        }
+        if let Some(dtype) = &node.dtype {
+            self.key(buf, sep, "dtype");
+            self.str(buf, dtype);
+        }
+        for (k, v) in &node.extra {
+            if !NODE_FIELDS.contains(&k.as_str()) {
+                self.key(buf, sep, k);
+                self.value(buf, v);
+            }
+        }
+        buf.push(b'}');
+    }
 }
 
 fn io_error(message: String) -> GraphError {

@@ -1,0 +1,185 @@
+//! Reading a large graph.json on two cores: the nodes list cut at a node boundary near its middle, each part read by
+//! its own thread with the same node reader as the one-piece parse.
+//!
+//! Only the well-formed case is taken this way. Anything else (any error, a cut that turns out not to be a node
+//! boundary, more nodes than the limit, deeply nested values) gives `None`, and the caller parses the document in one
+//! piece, whose result and messages are the reference. The cut is proven, not guessed: the first thread reads the
+//! document from its start value by value, and the second part is used only if the first thread stops exactly at the
+//! comma before the cut, between two nodes of the top-level `nodes` list.
+
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeSeed, IgnoredAny};
+use serde_json::Value;
+
+use super::load::{set, Buffers, List, NodeSeed, RawGraph, RawNodes};
+use super::{Graph, Interner, Node, NodeId};
+
+/// Below this many bytes, one thread reads the document.
+const MIN_BYTES: usize = 4 << 20;
+/// How far past the middle a cut is looked for.
+const SEARCH_BYTES: usize = 1 << 20;
+/// Values nested deeper than this are left to the one-piece parse: serde_json counts its nesting limit (128) from the
+/// document's root, and a part is read from the node level, so only shallower values are read alike.
+const MAX_DEPTH: usize = 100;
+
+/// The graph in `text`, read on two threads; `None` where the one-piece parse must decide (see the module doc).
+pub(super) fn parse(text: &str, max_nodes: usize) -> Option<Graph> {
+    if text.len() < MIN_BYTES || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
+    let (comma, start) = find_cut(text.as_bytes())?;
+    let raw = std::thread::scope(|scope| {
+        let second = scope.spawn(move || {
+            let mut c = Cursor { text, pos: start };
+            let (nodes, at_cut) = read_nodes(&mut c, None, &mut Interner::default(), &mut Buffers::default())?;
+            (!at_cut).then_some((nodes, c.pos))
+        });
+        read_graph(text, comma, max_nodes, move || second.join().ok().flatten())
+    })?;
+    raw.into_graph().ok()
+}
+
+/// A place in the text, read value by value.
+struct Cursor<'t> {
+    text: &'t str,
+    pos: usize,
+}
+
+impl<'t> Cursor<'t> {
+    fn skip_space(&mut self) {
+        let bytes = self.text.as_bytes();
+        while matches!(bytes.get(self.pos), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.pos += 1;
+        }
+    }
+
+    /// After white space, the byte `b`, taken.
+    fn eat(&mut self, b: u8) -> bool {
+        self.skip_space();
+        let found = self.text.as_bytes().get(self.pos) == Some(&b);
+        self.pos += usize::from(found);
+        found
+    }
+
+    /// The value here, read by `seed`, and the place after it.
+    fn value<T, S: DeserializeSeed<'t, Value = T>>(&mut self, seed: S) -> Option<T> {
+        self.skip_space();
+        let mut de = serde_json::Deserializer::from_str(&self.text[self.pos..]);
+        let value = seed.deserialize(&mut de).ok()?;
+        self.pos += de.into_iter::<IgnoredAny>().byte_offset();
+        Some(value)
+    }
+}
+
+/// A cut in `bytes` past the middle: the place of a `,` that follows a `}` and precedes a `{` (white space between),
+/// and the place of that `{`. Whether it falls between two nodes is not known yet.
+fn find_cut(bytes: &[u8]) -> Option<(usize, usize)> {
+    let from = bytes.len() / 2;
+    let to = (from + SEARCH_BYTES).min(bytes.len());
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    (from..to).filter(|&i| bytes[i] == b'{').find_map(|start| {
+        let comma = start - 1 - bytes[..start].iter().rev().take_while(|b| space(b)).count();
+        let before = bytes[..comma].iter().rev().find(|b| !space(b));
+        (bytes[comma] == b',' && before == Some(&b'}')).then_some((comma, start))
+    })
+}
+
+/// How deeply `v` nests lists and objects.
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Node objects from `c` (just after the list's `[` or a `,`) until the list ends (`false`) or the cursor stands at
+/// `stop` between two nodes (`true`, the comma not taken).
+fn read_nodes(c: &mut Cursor, stop: Option<usize>, interner: &mut Interner, buffers: &mut Buffers) -> Option<(Vec<Node>, bool)> {
+    let mut nodes = Vec::new();
+    if c.eat(b']') {
+        return Some((nodes, false));
+    }
+    loop {
+        let node = c.value(NodeSeed { interner: &mut *interner, buffers: &mut *buffers, index: 0, convert: true })??.ok()?;
+        if node.attrs.iter().chain(node.extra.iter()).any(|(_, v)| depth(v) > MAX_DEPTH) {
+            return None;
+        }
+        nodes.push(node);
+        c.skip_space();
+        if Some(c.pos) == stop {
+            return Some((nodes, true));
+        }
+        if c.eat(b']') {
+            return Some((nodes, false));
+        }
+        if !c.eat(b',') {
+            return None;
+        }
+    }
+}
+
+/// The top-level object of `text`, its nodes list read up to the comma at `cut` by this thread and from there by
+/// `second` (the nodes after the cut, and the place after the list's `]`); or, if the cut is not met between two nodes,
+/// all by this thread.
+fn read_graph(
+    text: &str,
+    cut: usize,
+    max_nodes: usize,
+    second: impl FnOnce() -> Option<(Vec<Node>, usize)>,
+) -> Option<RawGraph> {
+    let mut c = Cursor { text, pos: 0 };
+    let mut second = Some(second);
+    let mut g = RawGraph::default();
+    let mut dup = None;
+    if !c.eat(b'{') {
+        return None;
+    }
+    loop {
+        let key: String = c.value(PhantomData)?;
+        if !c.eat(b':') {
+            return None;
+        }
+        match key.as_str() {
+            "format" => set(&mut g.format, c.value(PhantomData)?, "format", &mut dup),
+            "version" => set(&mut g.version, c.value(PhantomData)?, "version", &mut dup),
+            "name" => set(&mut g.name, c.value(PhantomData)?, "name", &mut dup),
+            "outputs" => set(&mut g.outputs, c.value(PhantomData::<List<Vec<NodeId>>>)?, "outputs", &mut dup),
+            "nodes" => {
+                if !c.eat(b'[') {
+                    return None;
+                }
+                let (mut nodes, at_cut) = read_nodes(&mut c, Some(cut), &mut Interner::default(), &mut Buffers::default())?;
+                if at_cut {
+                    let (rest, end) = (second.take()?)()?;
+                    nodes.reserve_exact(rest.len()); // not the doubling that `extend` would ask for
+                    nodes.extend(rest);
+                    c.pos = end;
+                }
+                if nodes.len() > max_nodes {
+                    return None;
+                }
+                set(&mut g.nodes, RawNodes::Items(nodes, None), "nodes", &mut dup);
+            }
+            _ => {
+                let v: Value = c.value(PhantomData)?;
+                if depth(&v) > MAX_DEPTH {
+                    return None;
+                }
+                if g.extra.insert(key.clone(), v).is_some() && dup.is_none() {
+                    dup = Some(key);
+                }
+            }
+        }
+        if c.eat(b'}') {
+            break;
+        }
+        if !c.eat(b',') {
+            return None;
+        }
+    }
+    c.skip_space();
+    g.duplicate = dup;
+    (c.pos == text.len()).then_some(g)
+}
