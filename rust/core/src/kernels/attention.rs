@@ -5,7 +5,7 @@
 //! first copies its K/V head's keys and values into contiguous per-thread scratch (linear in S).
 //! Then, per block of `ATTN_VECS` vectors of query rows (64 on AVX-512) and block of `BK` keys, it
 //! computes the transposed score tile `sᵀ[key][row]` with a register-tiled micro-kernel (keys ×
-//! row vectors, the query block transposed and pre-scaled into base-2 units), applies the masks,
+//! row vectors, the query block transposed and pre-scaled), applies the masks,
 //! updates every row's running max and sum lane-wise (online softmax with a base-2 `exp`), and adds
 //! `P·V` into row-major accumulators; finally it divides by the sum (attention_tile.rs holds the
 //! micro-kernels). Nothing is `S × S`.
@@ -316,8 +316,9 @@ impl Item<'_> {
         let qb = RV * lanes;
         let d_vecs = d.div_ceil(lanes);
         let d_pad = d.div_ceil(16) * 16;
-        // Qᵀ, scaled so that the scores are in base-2 units (softmax(s) = 2^(s·log2 e) / Σ).
-        let qscale = self.scale * std::f32::consts::LOG2_E;
+        // Qᵀ, pre-scaled. The scores stay in natural units until `score − max` (an additive mask of
+        // float32's lowest value, as Hugging Face models use, times log2 e would overflow to −inf).
+        let qscale = self.scale;
         let q_base = self.q.offset + self.b * self.q.batch_stride + q0 * self.q.row_stride + h * d;
         for r in 0..qb {
             if r < rows {
@@ -332,7 +333,7 @@ impl Item<'_> {
             }
         }
         sc.acc[..rows * d_pad].fill(0.0);
-        let neg_inf = S::splat(f32::NEG_INFINITY);
+        let (neg_inf, log2e) = (S::splat(f32::NEG_INFINITY), S::splat(std::f32::consts::LOG2_E));
         let mut m = [neg_inf; RV];
         let mut l = [S::zero(); RV];
         let (qt, st, kp, vp, acc) = (sc.qt.as_ptr(), sc.st.as_mut_ptr(), sc.kp.as_ptr(), sc.vp.as_ptr(), sc.acc.as_mut_ptr());
@@ -363,14 +364,14 @@ impl Item<'_> {
             for c in 0..RV {
                 let m_new = S::max(m[c], bm[c]);
                 m_use[c] = S::select_lt(m_new, S::splat(f32::MIN), S::zero(), m_new);
-                alpha[c] = exp2_neg::<S>(S::sub(m[c], m_use[c]));
+                alpha[c] = exp2_neg::<S>(S::mul(S::sub(m[c], m_use[c]), log2e));
                 m[c] = m_new;
             }
             let mut ls = [S::zero(); RV];
             for j in 0..nk {
                 for c in 0..RV {
                     let sp = st.add(j * qb + c * lanes);
-                    let p = exp2_neg::<S>(S::sub(S::load(sp), m_use[c]));
+                    let p = exp2_neg::<S>(S::mul(S::sub(S::load(sp), m_use[c]), log2e));
                     S::store(sp, p);
                     ls[c] = S::add(ls[c], p);
                 }
@@ -416,7 +417,7 @@ impl Item<'_> {
     }
 
     /// Bias, keep masks and the causal mask on the transposed scores `st[j][r]` of keys
-    /// `[k0, k0 + nk)` and rows `[q0, q0 + rows)`: `s += bias·log2 e`, then the masked score where a
+    /// `[k0, k0 + nk)` and rows `[q0, q0 + rows)`: `s += bias`, then the masked score where a
     /// key is hidden. Rows past `rows` (padding lanes) get the per-key and causal masks only.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -429,7 +430,7 @@ impl Item<'_> {
             for r in 0..rows {
                 let bp = t.at(self.b, h, q0 + r, k0);
                 for j in 0..nk {
-                    *st.add(j * qb + r) += *bp.add(j) * std::f32::consts::LOG2_E;
+                    *st.add(j * qb + r) += *bp.add(j);
                 }
             }
         }
@@ -472,7 +473,7 @@ impl Item<'_> {
 
     /// Whether the key blocks still to come, causally masked for every row of the block, would
     /// change nothing: with −inf masking they add exact zeros; with −1e9 they do when every row
-    /// already has a score far above −1e9 (`2^(−1e9 − max)` is then exactly 0).
+    /// already has a score far above −1e9 (`exp(−1e9 − max)` is then exactly 0).
     #[inline(always)]
     unsafe fn rest_is_masked_out<S: Simd, const RV: usize>(&self, m: &[S::V; RV], m_arr: *mut f32, rows: usize) -> bool {
         match self.mask.masked_rows {
