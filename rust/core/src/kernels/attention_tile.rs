@@ -20,7 +20,7 @@ pub(crate) unsafe fn exp2_neg<S: Simd>(x: S::V) -> S::V {
     p = S::fmadd(p, f, S::splat(9.671_514e-3));
     p = S::fmadd(p, f, S::splat(5.550_734e-2));
     p = S::fmadd(p, f, S::splat(2.402_224_2e-1));
-    p = S::fmadd(p, f, S::splat(6.931_47e-1));
+    p = S::fmadd(p, f, S::splat(std::f32::consts::LN_2));
     p = S::fmadd(p, f, S::splat(1.0));
     S::mul(p, S::pow2i(n))
 }
