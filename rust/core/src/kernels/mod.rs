@@ -8,6 +8,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod attention;
+mod attention_tile;
 pub mod block;
 pub mod gemm;
 pub mod par;
@@ -17,6 +18,8 @@ pub mod simd;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod attention_tests;
 
 pub use attention::{MaskedRows, Masking, ScoreTensor, MASKED_SCORE};
 pub use block::{attention, fused_attention_block, AttentionShape, BlockShape, BlockWeights, PreparedAttentionBlock, RunOptions};

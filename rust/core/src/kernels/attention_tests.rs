@@ -1,0 +1,158 @@
+//! Tests and a timing probe of the flash attention at long sequences: the float64 reference on every SIMD path, and GFLOP/s at the issue-17 shapes.
+
+use super::*;
+
+/// Deterministic values in [-1, 1) (a splitmix-style hash of the index and seed).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    (0..n as u64)
+        .map(|i| {
+            let mut x = (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x ^= x >> 31;
+            x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+            x ^= x >> 29;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Single-thread attention alone at 12 heads × 64, B = 1 (not a test of speed, a probe):
+/// `cargo test --release -p rlx-rules-core kernels_flash_timing -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn kernels_flash_timing() {
+    use std::time::Instant;
+    println!("path, S, causal, threads, ms, GFLOP/s");
+    let reps: usize = std::env::var("RLX_PROBE_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    for isa in Isa::available().into_iter().rev().take(2) {
+        for (s, causal) in [(512usize, false), (2048, false), (2048, true)] {
+            for threads in [1usize, 2] {
+                let (heads, d) = (12usize, 64usize);
+                let h = heads * d;
+                let q = values(s * h, 1);
+                let k = values(s * h, 2);
+                let v = values(s * h, 3);
+                let mut out = vec![0.0f32; s * h];
+                let shape = AttentionShape { batch: 1, seq_q: s, seq_k: s, num_heads: heads, kv_heads: heads, head_dim: d };
+                let opts = RunOptions { threads: Some(threads), isa: Some(isa) };
+                let masking = Masking { causal, ..Masking::default() };
+                let mut times: Vec<f64> = (0..reps)
+                    .map(|_| {
+                        let t = Instant::now();
+                        attention(shape, &q, &k, &v, &masking, None, None, opts, &mut out).unwrap();
+                        t.elapsed().as_secs_f64()
+                    })
+                    .skip(1)
+                    .collect();
+                times.sort_by(|a, b| a.total_cmp(b));
+                let t = times[times.len() / 2];
+                let flops = 4.0 * (s * s * h) as f64 * if causal { 0.5 } else { 1.0 };
+                println!("{isa}, {s}, {causal}, {threads}, {:.1}, {:.1}", t * 1e3, flops / t / 1e9);
+            }
+        }
+    }
+}
+
+/// f64 attention of every (batch, head, query): `s = scale·q·k + bias`, hidden keys (keep < 0.5
+/// or causal) scored `masked`, a row of only −inf scores zero when `zero_rows`.
+#[allow(clippy::too_many_arguments)]
+fn reference(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], keep: &[f32], bias: &[f32], causal: bool, zero_rows: bool, scale: f64) -> Vec<f64> {
+    let AttentionShape { batch, seq_q, seq_k, num_heads, kv_heads, head_dim: d } = shape;
+    let (h, hkv) = (num_heads * d, kv_heads * d);
+    let masked = if zero_rows { f64::NEG_INFINITY } else { -1e9 };
+    let mut out = vec![0.0f64; batch * seq_q * h];
+    for b in 0..batch {
+        for hd in 0..num_heads {
+            let g = hd / (num_heads / kv_heads);
+            for i in 0..seq_q {
+                let qr = &q[(b * seq_q + i) * h + hd * d..][..d];
+                let scores: Vec<f64> = (0..seq_k)
+                    .map(|j| {
+                        let at = (b * seq_q + i) * seq_k + j;
+                        let kr = &k[(b * seq_k + j) * hkv + g * d..][..d];
+                        let s = scale * qr.iter().zip(kr).map(|(&a, &c)| a as f64 * c as f64).sum::<f64>() + bias[at] as f64;
+                        if keep[at] < 0.5 || (causal && j + seq_q > i + seq_k) {
+                            masked
+                        } else {
+                            s
+                        }
+                    })
+                    .collect();
+                let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if mx == f64::NEG_INFINITY && zero_rows {
+                    continue;
+                }
+                let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for c in 0..d {
+                    out[(b * seq_q + i) * h + hd * d + c] = (0..seq_k).map(|j| e[j] * v[(b * seq_k + j) * hkv + g * d + c] as f64).sum::<f64>() / sum;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Several query and key blocks (and partial ones), GQA, head dims off the vector width, a bias of
+/// float32's lowest value on whole rows (Hugging Face's additive mask: such a row is the softmax of
+/// `q·k` alone, not NaN), per-row keep masks, causal with `Sq < Sk`, both fully-masked-row modes:
+/// every SIMD path on 1 and 2 threads against float64.
+#[test]
+fn kernels_flash_matches_reference_across_blocks() {
+    for (n, &(seq_q, seq_k, heads, kv_heads, d, causal, zero_rows)) in
+        [(150usize, 150usize, 4usize, 2usize, 64usize, false, false), (130, 200, 2, 1, 40, true, false), (67, 67, 2, 2, 80, true, true), (3, 129, 3, 1, 16, false, true)].iter().enumerate()
+    {
+        let batch = 2;
+        let shape = AttentionShape { batch, seq_q, seq_k, num_heads: heads, kv_heads, head_dim: d };
+        let q = values(batch * seq_q * heads * d, 10 + n as u64);
+        let k = values(batch * seq_k * kv_heads * d, 20 + n as u64);
+        let v = values(batch * seq_k * kv_heads * d, 30 + n as u64);
+        let noise = values(batch * seq_q * seq_k, 40 + n as u64);
+        // Batch 1, rows 0..2: bias f32::MIN on every key; rows 4k+1: some keys dropped.
+        let bias: Vec<f32> = (0..batch * seq_q * seq_k).map(|at| if at / (seq_q * seq_k) == 1 && (at / seq_k) % seq_q < 2 { f32::MIN } else { noise[at] }).collect();
+        let keep: Vec<f32> = (0..batch * seq_q * seq_k).map(|at| if (at / seq_k) % 4 == 1 && noise[at] < -0.3 { 0.0 } else { 1.0 }).collect();
+        let tensor = |data| ScoreTensor { data, batch_stride: seq_q * seq_k, head_stride: 0, row_stride: seq_k };
+        let masking = Masking { keep: Some(tensor(&keep)), bias: Some(tensor(&bias)), causal, masked_rows: if zero_rows { MaskedRows::Zero } else { MaskedRows::Uniform } };
+        let want = reference(shape, &q, &k, &v, &keep, &bias, causal, zero_rows, 0.2);
+        for isa in Isa::available() {
+            for threads in [1, 2] {
+                let mut out = vec![f32::NAN; want.len()];
+                attention(shape, &q, &k, &v, &masking, None, Some(0.2), RunOptions { threads: Some(threads), isa: Some(isa) }, &mut out).unwrap();
+                for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                    assert!((g as f64 - w).abs() < 1e-4, "case {n} {isa} t{threads}: out[{i}] = {g}, want {w}");
+                }
+            }
+        }
+    }
+}
+
+/// The softmax's base-2 `exp` on every path: relative error below 3e-7 down to −126, exactly 1 at
+/// 0, exactly 0 below −127 and at −inf, NaN kept.
+#[test]
+fn kernels_exp2_neg_is_accurate_on_every_path() {
+    use super::attention_tile::exp2_neg;
+    use super::simd::dispatch;
+    let xs: Vec<f32> = (0..26_000).map(|i| -130.0 + i as f32 * 0.005).chain([0.0, -0.0, -1e-7, -126.0, f32::NEG_INFINITY, f32::NAN]).collect();
+    for isa in Isa::available() {
+        let mut got = vec![0.0f32; xs.len()];
+        let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
+        dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize) {
+            let mut i = 0;
+            while i < n {
+                let m = S::LANES.min(n - i);
+                S::store_partial(gp.add(i), exp2_neg::<S>(S::load_partial(xp.add(i), m)), m);
+                i += m;
+            }
+        });
+        for (&x, &g) in xs.iter().zip(&got) {
+            let want = (x as f64).exp2();
+            if x.is_nan() {
+                assert!(g.is_nan(), "{isa}: 2^NaN = {g}");
+            } else if x < -127.0 {
+                assert_eq!(g, 0.0, "{isa}: 2^{x} flushes to 0");
+            } else if x >= -126.0 {
+                assert!(((g as f64 - want) / want).abs() < 3e-7, "{isa}: 2^{x} = {g}, want {want}");
+            }
+        }
+        assert_eq!(got[xs.len() - 6], 1.0, "{isa}: 2^0 is exactly 1");
+    }
+}
