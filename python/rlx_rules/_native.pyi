@@ -44,7 +44,7 @@ class KernelError(RlxRulesError, ValueError):
     """A fused kernel refused its arguments or failed. kind: shape, layout, argument, internal."""
 
 class OutputError(RlxRulesError, OSError):
-    """A file could not be written (the weights archive). kind: io."""
+    """A file could not be written (the weights archive, a graph streamed to a file descriptor). kind: io."""
 
 # ---- engine ----
 @final

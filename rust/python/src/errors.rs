@@ -52,7 +52,7 @@ const CLASSES: [(Class, &str, Also, &str); 7] = [
     (Class::Kernel, "KernelError", Also::ValueError,
      "A fused kernel refused its arguments or failed. kind: shape, layout, argument, internal."),
     (Class::Output, "OutputError", Also::OsError,
-     "A file could not be written (the weights archive). kind: io."),
+     "A file could not be written (the weights archive, a graph streamed to a file descriptor). kind: io."),
 ];
 
 static TYPES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
