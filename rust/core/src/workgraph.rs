@@ -12,7 +12,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::graph::{
-    check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, IdIndex, Interner, Node, NodeId, Sym,
+    check_node_fields, check_registry, Dim, Graph, GraphError, GraphErrorKind, IdIndex, Interner, Node, NodeId, Shape,
+    Sym,
 };
 use crate::registry::Registry;
 
@@ -79,11 +80,11 @@ impl Lists {
         Some(moved)
     }
 
-    /// Empty list `i`, returning what it held.
-    fn take(&mut self, i: usize) -> Vec<(u32, u32)> {
-        let items = self.get(i).to_vec();
-        self.len[i] = 0;
-        items
+    /// Empty list `i`; returns where its items still lie in `data` (valid until list `i` grows again).
+    fn take(&mut self, i: usize) -> std::ops::Range<usize> {
+        let s = self.start[i] as usize;
+        let len = std::mem::take(&mut self.len[i]) as usize;
+        s..s + len
     }
 }
 
@@ -93,16 +94,33 @@ struct OpTable {
     names: Vec<Sym>,
     index: HashMap<Sym, u32>,
     by_op: Vec<Vec<u32>>,
-    /// The last op looked up: consecutive nodes often share it.
-    last: Option<u32>,
+    /// Ops seen by the address of their text: a loaded graph shares one copy of each op name, so a lookup is
+    /// usually one comparison of addresses. (address, length, op index); length 0 means empty.
+    seen: Vec<(usize, usize, u32)>,
 }
+
+/// Entries of [`OpTable::seen`] (a power of two).
+const SEEN_SLOTS: usize = 64;
 
 impl OpTable {
     fn intern(&mut self, op: &Sym) -> u32 {
-        if let Some(k) = self.last.filter(|&k| self.names[k as usize] == *op) {
+        // Only while the nodes that hold these texts are alive (the build), an address names one text.
+        let key = (op.as_ptr() as usize, op.len());
+        let slot = (key.0 >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (usize::BITS - SEEN_SLOTS.trailing_zeros());
+        if self.seen.is_empty() {
+            self.seen = vec![(0, 0, 0); SEEN_SLOTS];
+        }
+        let (addr, len, k) = self.seen[slot];
+        if addr == key.0 && len == key.1 && len > 0 {
             return k;
         }
-        let k = match self.index.get(op) {
+        let k = self.lookup(op);
+        self.seen[slot] = (key.0, key.1, k);
+        k
+    }
+
+    fn lookup(&mut self, op: &Sym) -> u32 {
+        match self.index.get(op) {
             Some(&k) => k,
             None => {
                 let k = self.names.len() as u32;
@@ -111,9 +129,7 @@ impl OpTable {
                 self.by_op.push(Vec::new());
                 k
             }
-        };
-        self.last = Some(k);
-        k
+        }
     }
 }
 
@@ -134,7 +150,8 @@ pub struct WorkGraph<'g> {
     /// How many times each node appears in the graph outputs.
     output_count: Vec<u32>,
     /// Sort key for the written order: (position of the original node it replaces, sequence).
-    order_key: Vec<(u32, u32)>,
+    /// (A loaded node's key is (its index, 0); only the added nodes' keys are kept, by added index.)
+    added_key: Vec<(u32, u32)>,
     /// The op of each node, as an index into `op_names` (flat, so the matcher's op checks touch no node).
     op_of: Vec<u32>,
     op_names: Vec<Sym>,
@@ -151,6 +168,11 @@ pub struct WorkGraph<'g> {
     live: usize,
     /// Arena indices of the nodes that rewrites created.
     created: Vec<u32>,
+    /// Nodes whose inputs a forwarding rewrite moved to a node with another id (their id lists are rewritten at
+    /// the end; duplicates and dead nodes possible).
+    forwarded: Vec<u32>,
+    /// The op index of `Input`.
+    input_op: u32,
 }
 
 impl WorkGraph<'static> {
@@ -213,9 +235,10 @@ impl<'g> WorkGraph<'g> {
             }
         }
         let next_id = base.iter().map(|node| node.id).max().map_or(0, |m| m + 1);
+        let input_op = ops.lookup(&Sym::from("Input"));
         WorkGraph {
             alive: vec![true; n],
-            order_key: (0..n as u32).map(|i| (i, 0)).collect(),
+            added_key: Vec::new(),
             base,
             added: Vec::new(),
             in_start,
@@ -236,6 +259,8 @@ impl<'g> WorkGraph<'g> {
             extra,
             live: n,
             created: Vec::new(),
+            forwarded: Vec::new(),
+            input_op,
         }
     }
 
@@ -295,7 +320,10 @@ impl<'g> WorkGraph<'g> {
 
     /// The sort key of node `i` in the written order (position of the node it replaced, sequence).
     pub fn order_key(&self, i: usize) -> (u32, u32) {
-        self.order_key[i]
+        match i.checked_sub(self.base.len()) {
+            None => (i as u32, 0),
+            Some(k) => self.added_key[k],
+        }
     }
 
     /// The op of node `i`.
@@ -303,9 +331,70 @@ impl<'g> WorkGraph<'g> {
         &self.op_names[self.op_of[i] as usize]
     }
 
+    /// The op of node `i`, as an op index.
+    pub fn op_id(&self, i: usize) -> u32 {
+        self.op_of[i]
+    }
+
+    /// The op index of `op`, if a node has had it or it was interned.
+    pub fn op_index(&self, op: &str) -> Option<u32> {
+        self.op_index.get(op).copied()
+    }
+
+    /// The op index of `op`, added (with no nodes) if new.
+    pub fn intern_op(&mut self, op: &str) -> u32 {
+        if let Some(&k) = self.op_index.get(op) {
+            return k;
+        }
+        let k = self.op_names.len() as u32;
+        let sym = self.interner.sym(op);
+        self.op_index.insert(sym.clone(), k);
+        self.op_names.push(sym);
+        self.by_op.push(Vec::new());
+        k
+    }
+
+    /// The name of op index `op`.
+    pub fn op_name(&self, op: u32) -> &Sym {
+        &self.op_names[op as usize]
+    }
+
+    /// Whether node `i` is a graph `Input`.
+    pub fn is_input(&self, i: usize) -> bool {
+        self.op_of[i] == self.input_op
+    }
+
     /// Nodes with op `op`, live or dead, in arena order.
     pub fn candidates(&self, op: &str) -> &[u32] {
         self.op_index.get(op).map_or(&[], |&k| self.by_op[k as usize].as_slice())
+    }
+
+    /// Nodes with op index `op`, live or dead, in arena order.
+    pub fn candidates_of(&self, op: u32) -> &[u32] {
+        self.by_op.get(op as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The shared copy of a shape, for a created node.
+    pub fn intern_shape(&mut self, dims: &[Dim]) -> Shape {
+        self.interner.shape(dims)
+    }
+
+    /// The shared copy of a dtype, for a created node.
+    pub fn intern_sym(&mut self, s: &str) -> Sym {
+        self.interner.sym(s)
+    }
+
+    /// The name of dead node `i`, moved out where the graph owns it (else copied): a node that replaces a root
+    /// takes over its name.
+    pub fn take_name(&mut self, i: usize) -> Option<String> {
+        debug_assert!(!self.alive[i]);
+        match i.checked_sub(self.base.len()) {
+            Some(k) => self.added[k].name.take(),
+            None => match &mut self.base {
+                Cow::Owned(nodes) => nodes[i].name.take(),
+                Cow::Borrowed(nodes) => nodes[i].name.clone(),
+            },
+        }
     }
 
     pub fn fresh_id(&mut self) -> NodeId {
@@ -335,6 +424,21 @@ impl<'g> WorkGraph<'g> {
 
     /// Append a node whose inputs are the live arena nodes `inputs`, ordered at `position`.
     pub fn add(&mut self, mut node: Node, inputs: &[usize], position: u32) -> usize {
+        let op = self.intern_op(&node.op);
+        // Share the op, and a shape or dtype that no other node holds yet, with the nodes that have the same.
+        node.op = self.op_names[op as usize].clone();
+        if let Some(shape) = node.shape.as_mut().filter(|s| std::sync::Arc::strong_count(s) == 1) {
+            *shape = self.interner.shape(shape);
+        }
+        if let Some(dtype) = node.dtype.as_mut() {
+            *dtype = self.interner.sym(dtype);
+        }
+        node.attrs.intern_keys(&mut self.interner);
+        self.add_op(node, op, inputs, position)
+    }
+
+    /// [`add`](Self::add) for a node whose op is op index `op` (its op, shape, dtype and keys already shared).
+    pub fn add_op(&mut self, node: Node, op: u32, inputs: &[usize], position: u32) -> usize {
         let i = self.alive.len();
         self.consumers.add_list();
         self.repeated.push(0);
@@ -347,29 +451,10 @@ impl<'g> WorkGraph<'g> {
             self.in_pos.push(self.consumers.push(j, (i as u32, e)));
         }
         self.in_start.push(self.in_data.len() as u32);
-        let op = match self.op_index.get(node.op.as_str()) {
-            Some(&k) => k,
-            None => {
-                let k = self.op_names.len() as u32;
-                self.op_index.insert(node.op.clone(), k);
-                self.op_names.push(node.op.clone());
-                self.by_op.push(Vec::new());
-                k
-            }
-        };
-        // Share the op, and a shape or dtype that no other node holds yet, with the nodes that have the same.
-        node.op = self.op_names[op as usize].clone();
-        if let Some(shape) = node.shape.as_mut().filter(|s| std::sync::Arc::strong_count(s) == 1) {
-            *shape = self.interner.shape(shape);
-        }
-        if let Some(dtype) = node.dtype.as_mut() {
-            *dtype = self.interner.sym(dtype);
-        }
-        node.attrs.intern_keys(&mut self.interner);
         self.by_op[op as usize].push(i as u32);
         self.op_of.push(op);
         self.sequence += 1;
-        self.order_key.push((position, self.sequence));
+        self.added_key.push((position, self.sequence));
         self.added.push(node);
         self.output_count.push(0);
         self.alive.push(true);
@@ -382,7 +467,8 @@ impl<'g> WorkGraph<'g> {
     /// and no consumers yet.
     pub fn redirect(&mut self, old: usize, new: usize) {
         debug_assert_eq!(self.consumers.len[new], 0);
-        for (c, e) in self.consumers.take(old) {
+        for k in self.consumers.take(old) {
+            let (c, e) = self.consumers.data[k];
             self.in_data[e as usize] = new as u32;
             self.in_pos[e as usize] = self.consumers.push(new, (c, e));
         }
@@ -393,12 +479,17 @@ impl<'g> WorkGraph<'g> {
     /// Move the consumers and output uses of `old` (dead or about to die) onto `new`, an existing live node
     /// with another id (a forwarding rewrite). The consumers' input ids are fixed in `into_graph`.
     pub fn forward(&mut self, old: usize, new: usize) {
-        for (c, e) in self.consumers.take(old) {
+        let same_id = self.node(old).id == self.node(new).id;
+        for k in self.consumers.take(old) {
+            let (c, e) = self.consumers.data[k];
             if self.inputs(c as usize).contains(&(new as u32)) {
                 self.repeated[new] += 1;
             }
             self.in_data[e as usize] = new as u32;
             self.in_pos[e as usize] = self.consumers.push(new, (c, e));
+            if !same_id {
+                self.forwarded.push(c);
+            }
         }
         self.repeated[old] = 0;
         if self.output_count[old] > 0 {
@@ -424,11 +515,11 @@ impl<'g> WorkGraph<'g> {
     /// position it took (by sequence).
     fn written_order(&self) -> Vec<u32> {
         let mut added: Vec<u32> = self.created.iter().copied().filter(|&i| self.alive[i as usize]).collect();
-        added.sort_unstable_by_key(|&i| self.order_key[i as usize]);
+        added.sort_unstable_by_key(|&i| self.order_key(i as usize));
         let mut order = Vec::with_capacity(self.live);
         let mut next = added.iter().peekable();
         for i in 0..self.base.len() {
-            while let Some(&&a) = next.peek().filter(|&&&a| self.order_key[a as usize].0 < i as u32) {
+            while let Some(&&a) = next.peek().filter(|&&&a| self.order_key(a as usize).0 < i as u32) {
                 order.push(a);
                 next.next();
             }
@@ -466,6 +557,9 @@ impl<'g> WorkGraph<'g> {
         }
         if !ordered {
             order = self.topological(&order, &position)?;
+            for (p, &i) in order.iter().enumerate() {
+                position[i as usize] = p as u32;
+            }
         }
         let live_outputs: usize = order.iter().map(|&i| self.output_count[i as usize] as usize).sum();
         if live_outputs != self.outputs.len() {
@@ -477,25 +571,27 @@ impl<'g> WorkGraph<'g> {
         }
         check_registry(created(), registry)?;
         // Nodes whose inputs a forwarding rewrite moved to another id: their id lists, by written position.
-        let forwarded: Vec<(usize, Vec<NodeId>)> = order
+        let mut forwarded: Vec<(usize, Vec<NodeId>)> = self
+            .forwarded
             .iter()
-            .enumerate()
-            .filter(|&(_, &i)| {
-                let ids = &self.node(i as usize).inputs;
-                self.inputs(i as usize).iter().zip(ids).any(|(&j, &id)| self.node(j as usize).id != id)
-            })
-            .map(|(p, &i)| (p, self.inputs(i as usize).iter().map(|&j| self.node(j as usize).id).collect()))
+            .filter(|&&i| self.alive[i as usize])
+            .map(|&i| (position[i as usize] as usize, self.inputs(i as usize).iter().map(|&j| self.node(j as usize).id).collect()))
             .collect();
-        let WorkGraph { base, mut added, name, outputs, extra, .. } = self;
+        forwarded.sort_unstable_by_key(|&(p, _)| p);
+        forwarded.dedup_by_key(|&mut (p, _)| p);
+        let WorkGraph { base, added, name, outputs, extra, .. } = self;
         let n_base = base.len();
         let nodes = match base {
-            Cow::Borrowed(nodes) => order
-                .iter()
-                .map(|&i| match (i as usize).checked_sub(n_base) {
-                    None => nodes[i as usize].clone(),
-                    Some(k) => std::mem::replace(&mut added[k], Node::new(0, String::new())),
-                })
-                .collect(),
+            Cow::Borrowed(nodes) => {
+                let mut added = taken(added);
+                order
+                    .iter()
+                    .map(|&i| match (i as usize).checked_sub(n_base) {
+                        None => nodes[i as usize].clone(),
+                        Some(k) => take(&mut added[k]),
+                    })
+                    .collect()
+            }
             Cow::Owned(nodes) => place_owned(nodes, added, &order),
         };
         let mut nodes: Vec<Node> = nodes;
@@ -540,28 +636,39 @@ impl<'g> WorkGraph<'g> {
 /// The nodes of `order` (arena indices: the loaded `nodes`, then `added`), moved out in that order. When every
 /// loaded node comes no earlier than where it is written (each rewrite removed at least as many nodes before a
 /// point as it added), they are moved within `nodes`' own buffer, so the result needs no second array of nodes.
-fn place_owned(mut nodes: Vec<Node>, mut added: Vec<Node>, order: &[u32]) -> Vec<Node> {
+fn place_owned(mut nodes: Vec<Node>, added: Vec<Node>, order: &[u32]) -> Vec<Node> {
     let n_base = nodes.len();
-    // An empty Node left behind allocates nothing.
-    let take = |slot: &mut Node| std::mem::replace(slot, Node::new(0, String::new()));
+    let mut added = taken(added);
     let in_place = order.iter().enumerate().all(|(p, &i)| i as usize >= n_base || p <= i as usize);
     if !in_place {
+        let empty = Sym::from("");
         return order
             .iter()
             .map(|&i| match (i as usize).checked_sub(n_base) {
-                None => take(&mut nodes[i as usize]),
+                None => std::mem::replace(&mut nodes[i as usize], Node::new(0, empty.clone())),
                 Some(k) => take(&mut added[k]),
             })
             .collect();
     }
     for (p, &i) in order.iter().enumerate() {
-        let node = match (i as usize).checked_sub(n_base) {
-            None => take(&mut nodes[i as usize]),
-            Some(k) => take(&mut added[k]),
-        };
-        // Position p holds a dead node, or one already moved to an earlier position.
-        nodes[p] = node;
+        // Position p holds a dead node, or what an earlier swap left there (a dead node); a loaded node at i > p
+        // is still where it was loaded, since every earlier swap touched only positions before p and their
+        // own sources.
+        match (i as usize).checked_sub(n_base) {
+            None => nodes.swap(p, i as usize),
+            Some(k) => nodes[p] = take(&mut added[k]),
+        }
     }
     nodes.truncate(order.len());
     nodes
+}
+
+/// Nodes to be moved out one by one, in any order.
+fn taken(nodes: Vec<Node>) -> Vec<Option<Node>> {
+    nodes.into_iter().map(Some).collect()
+}
+
+/// Move a node out of `slot` (each is moved once; a second move would yield an empty node).
+fn take(slot: &mut Option<Node>) -> Node {
+    slot.take().unwrap_or_else(|| Node::new(0, ""))
 }
