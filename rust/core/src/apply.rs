@@ -340,7 +340,7 @@ fn run(
                 for &op in &prep.root_ops {
                     candidates.extend(work.candidates_of(op).iter().map(|&i| i as usize));
                 }
-                if prep.root_ops.len() > 1 {
+                if prep.root_ops.len() > 1 && !candidates.is_sorted_by_key(|&i| work.order_key(i)) {
                     candidates.sort_by_key(|&i| work.order_key(i));
                 }
                 for (n, &root) in candidates.iter().enumerate() {

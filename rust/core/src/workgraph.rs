@@ -27,16 +27,29 @@ struct Lists {
 }
 
 impl Lists {
-    /// Lists of the given lengths, exactly sized.
-    fn with_lengths(lengths: &[u32]) -> Lists {
-        let total: usize = lengths.iter().map(|&l| l as usize).sum();
-        let mut start = Vec::with_capacity(lengths.len());
+    /// Empty lists with room for the given lengths and one more each (a rewrite adds a node that reads what the
+    /// nodes it removes read, before removing them); the vectors have room for `lists` lists and `items` items.
+    fn with_lengths(lengths: &[u32], lists: usize, items: usize) -> Lists {
+        let mut start = Vec::with_capacity(lists);
+        let mut cap = Vec::with_capacity(lists);
         let mut at = 0u32;
         for &l in lengths {
             start.push(at);
-            at += l;
+            cap.push(l + 1);
+            at += l + 1;
         }
-        Lists { data: vec![(0, 0); total], start, len: vec![0; lengths.len()], cap: lengths.to_vec() }
+        let mut data = Vec::with_capacity(items.max(at as usize));
+        data.resize(at as usize, (0, 0));
+        let mut len = Vec::with_capacity(lists);
+        len.resize(lengths.len(), 0);
+        Lists { data, start, len, cap }
+    }
+
+    /// Give list `from` (emptied) to `to`, whose own list must be empty.
+    fn give(&mut self, from: usize, to: usize) {
+        self.start.swap(from, to);
+        self.len.swap(from, to);
+        self.cap.swap(from, to);
     }
 
     fn get(&self, i: usize) -> &[(u32, u32)] {
@@ -196,20 +209,42 @@ impl<'g> WorkGraph<'g> {
         extra: serde_json::Map<String, serde_json::Value>,
     ) -> WorkGraph<'g> {
         let n = base.len();
-        // A loaded graph is validated: ids are unique and every input is a node.
-        let index = IdIndex::new(base.iter().map(|node| node.id), n).unwrap_or(IdIndex::Dense(Vec::new()));
-        let edges: usize = base.iter().map(|node| node.inputs.len()).sum();
-        let mut in_start = Vec::with_capacity(n + 1);
-        let mut in_data = Vec::with_capacity(edges);
+        // One pass over the nodes for their ids (and edge count), one to build: the nodes are the largest array.
+        let mut ids = Vec::with_capacity(n);
+        let (mut edges, mut max_id, mut identity) = (0usize, None, true);
+        for (i, node) in base.iter().enumerate() {
+            ids.push(node.id);
+            edges += node.inputs.len();
+            max_id = max_id.max(Some(node.id));
+            identity &= node.id == i as NodeId;
+        }
+        // A loaded graph is validated: ids are unique and every input is a node. Writers number nodes 0..n in
+        // order, and then an id is its position.
+        let index = match identity {
+            true => None,
+            false => Some(IdIndex::new(ids.iter().copied(), n).unwrap_or(IdIndex::Dense(Vec::new()))),
+        };
+        drop(ids);
+        let position = |id: NodeId| -> u32 {
+            match &index {
+                None => id as u32,
+                Some(index) => index.get(id).unwrap_or(0) as u32,
+            }
+        };
+        // Room for the nodes and edges that rewrites add (untouched room costs no memory in a large array).
+        let (n_room, e_room) = (n + n / 4 + 16, edges + edges / 4 + 16);
+        let mut in_start = Vec::with_capacity(n_room + 1);
+        let mut in_data = Vec::with_capacity(e_room);
         let mut counts = vec![0u32; n];
-        let mut repeated = vec![0u32; n];
+        let mut repeated = Vec::with_capacity(n_room);
+        repeated.resize(n, 0u32);
         let mut ops = OpTable::default();
-        let mut op_of = Vec::with_capacity(n);
+        let mut op_of = Vec::with_capacity(n_room);
         for (i, node) in base.iter().enumerate() {
             in_start.push(in_data.len() as u32);
             let first = in_data.len();
-            for id in &node.inputs {
-                let j = index.get(*id).unwrap_or(0) as u32;
+            for &id in &node.inputs {
+                let j = position(id);
                 if in_data[first..].contains(&j) {
                     repeated[j as usize] += 1;
                 }
@@ -221,26 +256,35 @@ impl<'g> WorkGraph<'g> {
             op_of.push(op);
         }
         in_start.push(in_data.len() as u32);
-        let mut consumers = Lists::with_lengths(&counts);
-        let mut in_pos = vec![0u32; in_data.len()];
+        let mut consumers = Lists::with_lengths(&counts, n_room, e_room + n_room);
+        drop(counts);
+        let mut in_pos = Vec::with_capacity(e_room);
+        in_pos.resize(in_data.len(), 0u32);
         for i in 0..n {
             for e in in_start[i]..in_start[i + 1] {
                 in_pos[e as usize] = consumers.push(in_data[e as usize] as usize, (i as u32, e));
             }
         }
-        let mut output_count = vec![0u32; n];
-        for id in &outputs {
-            if let Some(i) = index.get(*id) {
+        let mut output_count = Vec::with_capacity(n_room);
+        output_count.resize(n, 0u32);
+        for &id in &outputs {
+            let i = match &index {
+                None => (id < n as NodeId).then_some(id as usize),
+                Some(index) => index.get(id),
+            };
+            if let Some(i) = i {
                 output_count[i] += 1;
             }
         }
-        let next_id = base.iter().map(|node| node.id).max().map_or(0, |m| m + 1);
+        let next_id = max_id.map_or(0, |m| m + 1);
+        let mut alive = Vec::with_capacity(n_room);
+        alive.resize(n, true);
         let input_op = ops.lookup(&Sym::from("Input"));
         WorkGraph {
-            alive: vec![true; n],
+            alive,
             added_key: Vec::new(),
             base,
-            added: Vec::new(),
+            added: Vec::with_capacity(n / 8),
             in_start,
             in_data,
             in_pos,
@@ -467,10 +511,10 @@ impl<'g> WorkGraph<'g> {
     /// and no consumers yet.
     pub fn redirect(&mut self, old: usize, new: usize) {
         debug_assert_eq!(self.consumers.len[new], 0);
-        for k in self.consumers.take(old) {
-            let (c, e) = self.consumers.data[k];
+        // The consumer list moves whole, so every edge keeps its place in it.
+        self.consumers.give(old, new);
+        for &(_, e) in self.consumers.get(new) {
             self.in_data[e as usize] = new as u32;
-            self.in_pos[e as usize] = self.consumers.push(new, (c, e));
         }
         self.repeated[new] += std::mem::take(&mut self.repeated[old]);
         self.output_count[new] += std::mem::take(&mut self.output_count[old]);
