@@ -8,6 +8,9 @@ use crate::workgraph::WorkGraph;
 /// How the matcher reacts to failures. The strict observer (what apply uses) fails at once and
 /// compiles to nothing; the explaining observer records failures and keeps evaluating guards.
 pub trait Observer {
+    /// Whether the checks may run in the rule's cheap-first order ([`Prepared::strict_order`]): only when the
+    /// result alone matters, not which check failed first.
+    const CHEAP_FIRST: bool;
     /// A guard failed at `pc`. Return true to go on (record and continue), false to fail the branch.
     fn guard_failed(&mut self, pc: usize) -> bool;
     /// A structural check failed at `pc`; the branch ends.
@@ -23,6 +26,7 @@ pub trait Observer {
 pub struct Strict;
 
 impl Observer for Strict {
+    const CHEAP_FIRST: bool = true;
     #[inline(always)]
     fn guard_failed(&mut self, _pc: usize) -> bool {
         false
@@ -78,6 +82,7 @@ impl Explaining {
 }
 
 impl Observer for Explaining {
+    const CHEAP_FIRST: bool = false;
     fn guard_failed(&mut self, pc: usize) -> bool {
         self.failed.push(pc);
         true
@@ -151,9 +156,12 @@ impl Matcher {
         observer.best.unwrap_or_default()
     }
 
-    fn run<O: Observer>(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], mut pc: usize, observer: &mut O) -> bool {
+    /// Run the code from step `at` (a pc, or with a cheap-first observer a place in the rule's strict order).
+    fn run<O: Observer>(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], mut at: usize, observer: &mut O) -> bool {
         let rule = prep.rule;
-        while let Some(instr) = rule.code.get(pc) {
+        while at < rule.code.len() {
+            let pc = if O::CHEAP_FIRST { prep.strict_order[at] as usize } else { at };
+            let instr = &rule.code[pc];
             let structure_ok = match instr {
                 Instr::Op { slot, .. } => prep.ops[pc].contains(&graph.op_id(self.slots[*slot])),
                 Instr::Arity { slot, n } => graph.inputs(self.slots[*slot]).len() == *n,
@@ -162,12 +170,12 @@ impl Matcher {
                     if graph.inputs(node).len() == 2 && prep.ops[pc].contains(&graph.op_id(node)) {
                         let mark = observer.mark();
                         self.swapped[*slot] = false;
-                        if self.run(prep, graph, params, pc + 1, observer) {
+                        if self.run(prep, graph, params, at + 1, observer) {
                             return true;
                         }
                         observer.reset(mark);
                         self.swapped[*slot] = true;
-                        let found = self.run(prep, graph, params, pc + 1, observer);
+                        let found = self.run(prep, graph, params, at + 1, observer);
                         if !found {
                             self.swapped[*slot] = false;
                         }
@@ -208,7 +216,7 @@ impl Matcher {
                 observer.structure_failed(pc, &self.slots);
                 return false;
             }
-            pc += 1;
+            at += 1;
         }
         observer.reached_end(&self.slots)
     }

@@ -39,6 +39,11 @@ pub struct Prepared<'r> {
     pub ops: Vec<Vec<u32>>,
     /// Per instruction: the direct form of a guard, where it has one.
     pub checks: Vec<Option<Check>>,
+    /// The pcs in the order a strict match runs them: between two choice points (`commute`), the structural
+    /// checks first, then the guards that read flat arrays (uses, outputs, ranks), then the rest. Checks are pure, so a branch matches
+    /// in this order exactly when it does in the written one; most candidates then fail before any guard
+    /// reads a node's attributes or shape (which, in a large graph, are far apart in memory).
+    pub strict_order: Vec<u32>,
     /// Per new node of the rewrite: its op index and its attribute names (one copy per rule, shared by the nodes
     /// it creates).
     pub new_ops: Vec<u32>,
@@ -58,7 +63,7 @@ impl<'r> Prepared<'r> {
                 _ => Vec::new(),
             })
             .collect();
-        let checks = rule
+        let checks: Vec<Option<Check>> = rule
             .code
             .iter()
             .map(|instr| match instr {
@@ -66,8 +71,10 @@ impl<'r> Prepared<'r> {
                 _ => None,
             })
             .collect();
+        let strict_order = strict_order(&rule.code, &checks);
         Prepared {
             rule,
+            strict_order,
             root_ops: rule.root_ops.iter().map(op).collect(),
             ops,
             checks,
@@ -99,6 +106,31 @@ pub fn intern_ops<'a>(graph: &mut WorkGraph<'_>, rules: impl Iterator<Item = &'a
             graph.intern_op(&new.op);
         }
     }
+}
+
+/// See [`Prepared::strict_order`].
+fn strict_order(code: &[Instr], checks: &[Option<Check>]) -> Vec<u32> {
+    let mut order = Vec::with_capacity(code.len());
+    let (mut flat, mut rest) = (Vec::new(), Vec::new());
+    let flush = |order: &mut Vec<u32>, flat: &mut Vec<u32>, rest: &mut Vec<u32>| {
+        order.append(flat);
+        order.append(rest);
+    };
+    for (pc, instr) in code.iter().enumerate() {
+        match instr {
+            Instr::Guard { .. } => match &checks[pc] {
+                Some(Check::Uses { .. } | Check::NotOutput(_) | Check::Rank { .. }) => flat.push(pc as u32),
+                _ => rest.push(pc as u32),
+            },
+            Instr::Commute { .. } => {
+                flush(&mut order, &mut flat, &mut rest);
+                order.push(pc as u32);
+            }
+            _ => order.push(pc as u32),
+        }
+    }
+    flush(&mut order, &mut flat, &mut rest);
+    order
 }
 
 /// An integer literal.
@@ -176,9 +208,7 @@ impl Check {
     pub fn holds(&self, graph: &WorkGraph, slots: &[usize]) -> bool {
         match self {
             Check::Uses { slot, cmp, n } => compare(*cmp, graph.uses(slots[*slot]) as i64, *n),
-            Check::Rank { slot, cmp, n } => {
-                graph.node(slots[*slot]).shape.as_ref().is_some_and(|s| compare(*cmp, s.len() as i64, *n))
-            }
+            Check::Rank { slot, cmp, n } => graph.rank(slots[*slot]).is_some_and(|r| compare(*cmp, r as i64, *n)),
             Check::NotOutput(of) => !of.iter().any(|&s| graph.is_output(slots[s])),
             Check::AttrLit { slot, key, lit, equal } => {
                 let value = graph.node(slots[*slot]).attrs.get(key).unwrap_or(&Value::Null);

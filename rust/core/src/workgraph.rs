@@ -101,6 +101,14 @@ impl Lists {
     }
 }
 
+/// A `rank` entry that sends the reader to the node itself.
+const ASK_NODE: u8 = u8::MAX;
+
+/// The rank of `node`'s shape as a `rank` entry.
+fn flat_rank(node: &Node) -> u8 {
+    node.shape.as_ref().and_then(|s| u8::try_from(s.len()).ok()).filter(|&r| r != ASK_NODE).unwrap_or(ASK_NODE)
+}
+
 /// Op names interned while building: index by name, names by index, nodes by op.
 #[derive(Default)]
 struct OpTable {
@@ -167,6 +175,8 @@ pub struct WorkGraph<'g> {
     added_key: Vec<(u32, u32)>,
     /// The op of each node, as an index into `op_names` (flat, so the matcher's op checks touch no node).
     op_of: Vec<u32>,
+    /// The rank of each node's shape, flat like `op_of` ([`ASK_NODE`]: no shape, or a rank too large for it).
+    rank: Vec<u8>,
     op_names: Vec<Sym>,
     op_index: HashMap<Sym, u32>,
     /// Shapes and dtypes of created nodes, shared.
@@ -240,7 +250,9 @@ impl<'g> WorkGraph<'g> {
         repeated.resize(n, 0u32);
         let mut ops = OpTable::default();
         let mut op_of = Vec::with_capacity(n_room);
+        let mut rank = Vec::with_capacity(n_room);
         for (i, node) in base.iter().enumerate() {
+            rank.push(flat_rank(node));
             in_start.push(in_data.len() as u32);
             let first = in_data.len();
             for &id in &node.inputs {
@@ -292,6 +304,7 @@ impl<'g> WorkGraph<'g> {
             repeated,
             output_count,
             op_of,
+            rank,
             op_names: ops.names,
             op_index: ops.index,
             by_op: ops.by_op,
@@ -403,6 +416,14 @@ impl<'g> WorkGraph<'g> {
         &self.op_names[op as usize]
     }
 
+    /// The rank of node `i`'s shape (None: it has no shape).
+    pub fn rank(&self, i: usize) -> Option<usize> {
+        match self.rank[i] {
+            ASK_NODE => self.node(i).shape.as_ref().map(|s| s.len()),
+            r => Some(r as usize),
+        }
+    }
+
     /// Whether node `i` is a graph `Input`.
     pub fn is_input(&self, i: usize) -> bool {
         self.op_of[i] == self.input_op
@@ -497,6 +518,7 @@ impl<'g> WorkGraph<'g> {
         self.in_start.push(self.in_data.len() as u32);
         self.by_op[op as usize].push(i as u32);
         self.op_of.push(op);
+        self.rank.push(flat_rank(&node));
         self.sequence += 1;
         self.added_key.push((position, self.sequence));
         self.added.push(node);
