@@ -109,7 +109,8 @@ impl<'g> WorkGraph<'g> {
         drop(ids);
         let position = |id: NodeId| -> u32 {
             match &index {
-                None => id as u32,
+                None if id < n as NodeId => id as u32,
+                None => 0,
                 Some(index) => index.get(id).unwrap_or(0) as u32,
             }
         };
