@@ -14,9 +14,10 @@ use crate::explain::{explain_gate, explain_rule, ExplainOptions, MissRecord};
 use crate::expr::{Env, Val};
 use crate::graph::{Graph, GraphError};
 use crate::matcher::Matcher;
+use crate::prepared::{intern_ops, Prepared};
 use crate::program::{Program, Quantifier};
 use crate::registry::Registry;
-use crate::rewrite::{apply_rewrite, Refusal};
+use crate::rewrite::{Refusal, Rewriter};
 use crate::workgraph::WorkGraph;
 
 /// Rewrites per apply unless the caller gives another limit.
@@ -276,7 +277,11 @@ fn run(
     let deadline = start.checked_add(options.time_budget);
     let nodes_before = work.live_count();
     let ops_before = work.op_counts();
+    // Every op the rules name gets an op index now, so that the prepared rules stay valid as nodes are added.
+    intern_ops(&mut work, program.rules.iter());
+    let prepared: Vec<Prepared> = program.rules.iter().map(|rule| Prepared::new(rule, &work)).collect();
     let mut matcher = Matcher::new();
+    let mut rewriter = Rewriter::new();
     let mut rewrites: u64 = 0;
     let mut gates_seen: BTreeMap<String, bool> = BTreeMap::new();
     let mut phases = Vec::with_capacity(program.phases.len());
@@ -317,6 +322,7 @@ fn run(
             let mut gate_cache: Vec<Option<bool>> = vec![None; program.gates.len()];
             for (k, &r) in phase.rules.iter().enumerate() {
                 let rule = &program.rules[r];
+                let prep = &prepared[r];
                 let rule_start = Instant::now();
                 let report = &mut reports[k];
                 let mut open = true;
@@ -331,10 +337,10 @@ fn run(
                 }
                 // Candidates as of now, in graph order; nodes added by this rule wait for the next iteration.
                 candidates.clear();
-                for op in &rule.root_ops {
-                    candidates.extend(work.candidates(op).iter().map(|&i| i as usize));
+                for &op in &prep.root_ops {
+                    candidates.extend(work.candidates_of(op).iter().map(|&i| i as usize));
                 }
-                if rule.root_ops.len() > 1 {
+                if prep.root_ops.len() > 1 && !candidates.is_sorted_by_key(|&i| work.order_key(i)) {
                     candidates.sort_by_key(|&i| work.order_key(i));
                 }
                 for (n, &root) in candidates.iter().enumerate() {
@@ -349,23 +355,27 @@ fn run(
                         continue;
                     }
                     report.tried += 1;
+                    let group_members;
                     let members = if rule.group.is_some() {
-                        match matcher.try_match_group(rule, &work, &param_vals, root) {
-                            Some(members) => members,
+                        match matcher.try_match_group(prep, &work, &param_vals, root) {
+                            Some(members) => {
+                                group_members = members;
+                                group_members.as_slice()
+                            }
                             None => continue,
                         }
                     } else {
-                        if !matcher.try_match(rule, &work, &param_vals, root) {
+                        if !matcher.try_match(prep, &work, &param_vals, root) {
                             continue;
                         }
-                        vec![matcher.slots.clone()]
+                        std::slice::from_ref(&matcher.slots)
                     };
                     report.matched += 1;
                     if rewrites >= options.max_rewrites {
                         stop = StopReason::RewriteLimit;
                         break;
                     }
-                    match apply_rewrite(&mut work, rule, &members, &param_vals) {
+                    match rewriter.apply(&mut work, prep, members, &param_vals) {
                         Ok(_) => {
                             report.fired += 1;
                             fired_now[k] = true;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::expr::{Env, Val};
 use crate::graph::NodeId;
 use crate::matcher::{Attempt, Matcher};
+use crate::prepared::Prepared;
 use crate::program::{BinOp, Builtin, Expr, Instr, Program, Quantifier, Rule};
 use crate::workgraph::WorkGraph;
 
@@ -170,14 +171,15 @@ fn structural(rule: &Rule, graph: &WorkGraph, attempt: &Attempt, pc: usize) -> F
 /// Explain `rule` at every live candidate root of `graph`.
 pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGraph, params: &[Val], options: &ExplainOptions) -> Vec<MissRecord> {
     let mut matcher = Matcher::new();
+    let prep = Prepared::new(rule, graph);
     let mut records = Vec::new();
     let mut candidates: Vec<usize> = rule.root_ops.iter().flat_map(|op| graph.candidates(op).iter().map(|&i| i as usize)).collect();
     candidates.retain(|&i| graph.is_alive(i));
     candidates.sort_by_key(|&i| graph.order_key(i));
     for root in candidates {
-        let attempt = matcher.explain_at(rule, graph, params, root);
+        let attempt = matcher.explain_at(&prep, graph, params, root);
         if attempt.structure_matched && attempt.failures.is_empty() {
-            if let Some(record) = explain_group_at(program, rule, phase, graph, params, root, &mut matcher, options) {
+            if let Some(record) = explain_group_at(program, &prep, phase, graph, params, root, &mut matcher, options) {
                 records.push(record);
             }
             continue; // otherwise a match (refused as unsafe, or a group's later member): the report covers it
@@ -229,10 +231,11 @@ pub fn explain_rule(program: &Program, rule: &Rule, phase: &str, graph: &WorkGra
 
 /// A group rule whose member pattern matched at `root`: the group's size and guards, if any fail.
 #[allow(clippy::too_many_arguments)]
-fn explain_group_at(program: &Program, rule: &Rule, phase: &str, graph: &WorkGraph, params: &[Val], root: usize,
+fn explain_group_at(program: &Program, prep: &Prepared, phase: &str, graph: &WorkGraph, params: &[Val], root: usize,
                     matcher: &mut Matcher, options: &ExplainOptions) -> Option<MissRecord> {
+    let rule = prep.rule;
     let group = rule.group.as_ref()?;
-    let (members, size_ok, failed_guards) = matcher.explain_group(rule, graph, params, root)?;
+    let (members, size_ok, failed_guards) = matcher.explain_group(prep, graph, params, root)?;
     if size_ok && failed_guards.is_empty() {
         return None;
     }

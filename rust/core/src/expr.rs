@@ -219,6 +219,12 @@ impl<'a> Env<'a> {
     }
 
     fn node(&self, e: &Expr) -> Result<usize, EvalError> {
+        // A bound slot, the usual argument, without going through a value.
+        if let Expr::Slot(s) = e {
+            if self.member.is_some() || self.per_member.get(*s) != Some(&true) {
+                return Ok(self.slots[*s]);
+            }
+        }
         match self.eval(e)? {
             Val::Node(i) => Ok(i),
             other => fail(format!("expected a node, got a {}", other.kind())),
@@ -440,7 +446,7 @@ fn perm(items: Vec<Val>) -> Result<Vec<usize>, EvalError> {
 }
 
 /// `equal` on JSON values without converting them; falls back to `equal` for anything but scalars.
-fn json_equal(a: &Value, b: &Value) -> Result<bool, EvalError> {
+pub(crate) fn json_equal(a: &Value, b: &Value) -> Result<bool, EvalError> {
     match (a, b) {
         (Value::Null, Value::Null) => Ok(true),
         (Value::Null, _) | (_, Value::Null) => Ok(false),

@@ -13,6 +13,7 @@ pub mod graph;
 pub mod kernels;
 pub mod matcher;
 pub mod npz;
+pub mod prepared;
 pub mod program;
 pub mod registry;
 pub mod rewrite;

@@ -1,12 +1,16 @@
 //! Runs a rule's matcher program at one root candidate: structure first, then guards, backtracking at commutes.
 
 use crate::expr::{Env, Val};
+use crate::prepared::Prepared;
 use crate::program::{Instr, Rule};
 use crate::workgraph::WorkGraph;
 
 /// How the matcher reacts to failures. The strict observer (what apply uses) fails at once and
 /// compiles to nothing; the explaining observer records failures and keeps evaluating guards.
 pub trait Observer {
+    /// Whether the checks may run in the rule's cheap-first order ([`Prepared::strict_order`]): only when the
+    /// result alone matters, not which check failed first.
+    const CHEAP_FIRST: bool;
     /// A guard failed at `pc`. Return true to go on (record and continue), false to fail the branch.
     fn guard_failed(&mut self, pc: usize) -> bool;
     /// A structural check failed at `pc`; the branch ends.
@@ -22,6 +26,7 @@ pub trait Observer {
 pub struct Strict;
 
 impl Observer for Strict {
+    const CHEAP_FIRST: bool = true;
     #[inline(always)]
     fn guard_failed(&mut self, _pc: usize) -> bool {
         false
@@ -77,6 +82,7 @@ impl Explaining {
 }
 
 impl Observer for Explaining {
+    const CHEAP_FIRST: bool = false;
     fn guard_failed(&mut self, pc: usize) -> bool {
         self.failed.push(pc);
         true
@@ -131,42 +137,45 @@ impl Matcher {
         self.slots[0] = root;
     }
 
-    /// Try `rule` with its root bound to arena node `root`. On success, `self.slots` holds the match.
-    pub fn try_match(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> bool {
-        self.start(rule, root);
-        if !rule.root_ops.iter().any(|op| op == graph.op(root)) {
+    /// Try `rule` (resolved as `prep`) with its root bound to arena node `root`. On success, `self.slots` holds
+    /// the match.
+    pub fn try_match(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], root: usize) -> bool {
+        if !prep.is_root_op(graph.op_id(root)) {
             return false;
         }
-        self.run(rule, graph, params, 0, &mut Strict)
+        self.start(prep.rule, root);
+        self.run(prep, graph, params, 0, &mut Strict)
     }
 
     /// Run `rule`'s code at `root` without stopping at failed guards, and return the best attempt.
-    pub fn explain_at(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Attempt {
+    pub fn explain_at(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], root: usize) -> Attempt {
+        let rule = prep.rule;
         let mut observer = Explaining { code_len: rule.code.len(), ..Default::default() };
         self.start(rule, root);
-        self.run(rule, graph, params, 0, &mut observer);
+        self.run(prep, graph, params, 0, &mut observer);
         observer.best.unwrap_or_default()
     }
 
-    fn run<O: Observer>(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], mut pc: usize, observer: &mut O) -> bool {
-        while let Some(instr) = rule.code.get(pc) {
+    /// Run the code from step `at` (a pc, or with a cheap-first observer a place in the rule's strict order).
+    fn run<O: Observer>(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], mut at: usize, observer: &mut O) -> bool {
+        let rule = prep.rule;
+        while at < rule.code.len() {
+            let pc = if O::CHEAP_FIRST { prep.strict_order[at] as usize } else { at };
+            let instr = &rule.code[pc];
             let structure_ok = match instr {
-                Instr::Op { slot, ops } => {
-                    let op = graph.op(self.slots[*slot]);
-                    ops.iter().any(|o| o == op)
-                }
+                Instr::Op { slot, .. } => prep.ops[pc].contains(&graph.op_id(self.slots[*slot])),
                 Instr::Arity { slot, n } => graph.inputs(self.slots[*slot]).len() == *n,
-                Instr::Commute { slot, ops } => {
+                Instr::Commute { slot, .. } => {
                     let node = self.slots[*slot];
-                    if graph.inputs(node).len() == 2 && ops.iter().any(|o| o == graph.op(node)) {
+                    if graph.inputs(node).len() == 2 && prep.ops[pc].contains(&graph.op_id(node)) {
                         let mark = observer.mark();
                         self.swapped[*slot] = false;
-                        if self.run(rule, graph, params, pc + 1, observer) {
+                        if self.run(prep, graph, params, at + 1, observer) {
                             return true;
                         }
                         observer.reset(mark);
                         self.swapped[*slot] = true;
-                        let found = self.run(rule, graph, params, pc + 1, observer);
+                        let found = self.run(prep, graph, params, at + 1, observer);
                         if !found {
                             self.swapped[*slot] = false;
                         }
@@ -193,8 +202,11 @@ impl Matcher {
                     distinct
                 }
                 Instr::Guard { expr, .. } => {
-                    let env = Env::new(graph, &self.slots, params);
-                    if env.truth(expr) != Ok(true) && !observer.guard_failed(pc) {
+                    let holds = match &prep.checks[pc] {
+                        Some(check) => check.holds(graph, &self.slots),
+                        None => Env::new(graph, &self.slots, params).truth(expr) == Ok(true),
+                    };
+                    if !holds && !observer.guard_failed(pc) {
                         return false;
                     }
                     true
@@ -204,16 +216,17 @@ impl Matcher {
                 observer.structure_failed(pc, &self.slots);
                 return false;
             }
-            pc += 1;
+            at += 1;
         }
         observer.reached_end(&self.slots)
     }
 
     /// Try a group rule at `root`: collect every member (nodes matching the code with the same shared
     /// slots, in graph order). Succeeds only at the group's first member, so each group is found once.
-    pub fn try_match_group(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Option<Vec<Vec<usize>>> {
+    pub fn try_match_group(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], root: usize) -> Option<Vec<Vec<usize>>> {
+        let rule = prep.rule;
         let group = rule.group.as_ref()?;
-        let members = self.collect_members(rule, graph, params, root, Some(group.max))?;
+        let members = self.collect_members(prep, graph, params, root, Some(group.max))?;
         if members.len() < group.min || members.len() > group.max || members[0][0] != root {
             return None;
         }
@@ -230,9 +243,11 @@ impl Matcher {
 
     /// For explain: the members of the group at `root` (when `root` is its first member), and which of
     /// the group's checks fail: the size, then each group guard by index.
-    pub fn explain_group(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize) -> Option<(Vec<Vec<usize>>, bool, Vec<usize>)> {
+    #[allow(clippy::type_complexity)]
+    pub fn explain_group(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], root: usize) -> Option<(Vec<Vec<usize>>, bool, Vec<usize>)> {
+        let rule = prep.rule;
         let group = rule.group.as_ref()?;
-        let members = self.collect_members(rule, graph, params, root, None)?;
+        let members = self.collect_members(prep, graph, params, root, None)?;
         if members.first().map(|m| m[0]) != Some(root) {
             return None;
         }
@@ -250,15 +265,15 @@ impl Matcher {
 
     /// Every node that matches the code with `root`'s shared slots, in graph order (None if `root` does
     /// not match, or if there are more than `limit`).
-    fn collect_members(&mut self, rule: &Rule, graph: &WorkGraph, params: &[Val], root: usize, limit: Option<usize>) -> Option<Vec<Vec<usize>>> {
+    fn collect_members(&mut self, prep: &Prepared, graph: &WorkGraph, params: &[Val], root: usize, limit: Option<usize>) -> Option<Vec<Vec<usize>>> {
+        let rule = prep.rule;
         let group = rule.group.as_ref()?;
-        if !self.try_match(rule, graph, params, root) {
+        if !self.try_match(prep, graph, params, root) {
             return None;
         }
         let shared: Vec<(usize, usize)> = group.shared.iter().map(|&s| (s, self.slots[s])).collect();
         let anchor = shared[0].1;
-        let mut candidates: Vec<usize> =
-            graph.consumers(anchor).filter(|&c| rule.root_ops.iter().any(|op| op == graph.op(c))).collect();
+        let mut candidates: Vec<usize> = graph.consumers(anchor).filter(|&c| prep.is_root_op(graph.op_id(c))).collect();
         candidates.sort_by_key(|&c| graph.order_key(c));
         candidates.dedup();
         let mut members = Vec::new();
@@ -271,7 +286,7 @@ impl Matcher {
                 self.preset[s] = true;
             }
             self.slots[0] = c;
-            if self.run(rule, graph, params, 0, &mut Strict) {
+            if self.run(prep, graph, params, 0, &mut Strict) {
                 members.push(self.slots.clone());
                 if limit.is_some_and(|l| members.len() > l) {
                     break;

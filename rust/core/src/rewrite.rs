@@ -6,11 +6,12 @@
 //! changes, so a failed rewrite leaves no trace. A match is a list of members (one slot vector
 //! each): one for an ordinary rule, several for a group rule, whose members are all replaced.
 
-use serde_json::Map;
+use serde_json::Value;
 
 use crate::expr::{Env, Val};
-use crate::graph::{Dim, Node, Shape, Sym};
-use crate::program::{NewInput, NewNode, Rule};
+use crate::graph::{Dim, Fields, Node, Shape, Sym};
+use crate::prepared::Prepared;
+use crate::program::{NewInput, Rule};
 use crate::workgraph::WorkGraph;
 
 /// Why a matched rewrite was not applied.
@@ -31,42 +32,71 @@ enum Source {
 
 struct Planned {
     node: Node,
-    inputs: Vec<Source>,
+    /// Its inputs: `Rewriter::sources[inputs.0..inputs.1]`.
+    inputs: (usize, usize),
     /// The member whose root this node replaces, if any.
     replaces: Option<usize>,
     /// The member whose position orders this node.
     position_of: usize,
+    /// Whether the shape and dtype were computed (else copied from the root, and already shared).
+    computed: (bool, bool),
+    /// The rule's rewrite node it comes from.
+    new: usize,
 }
 
-/// Apply `rule`'s rewrite to the match `members`. Returns the arena indices of the replacing nodes.
-pub fn apply_rewrite(graph: &mut WorkGraph<'_>, rule: &Rule, members: &[Vec<usize>], params: &[Val]) -> Result<Vec<usize>, Refusal> {
-    let roots: Vec<usize> = members.iter().map(|m| m[0]).collect();
-    let mut removed: Vec<usize> = roots.clone();
-    for m in members {
-        for &a in &rule.absorb {
-            // Bindings may alias: a node that another, kept binding also denotes stays (and is removed once).
-            let kept = (1..m.len()).any(|s| m[s] == m[a] && !rule.absorb.contains(&s));
-            if !kept && !removed.contains(&m[a]) {
-                removed.push(m[a]);
-            }
-        }
-    }
-    for m in members {
-        for &a in &rule.absorb {
-            if removed.contains(&m[a]) {
-                check_absorbable(graph, rule, m[a], a, &removed)?;
-            }
-        }
-    }
-    if !rule.forward.is_empty() {
-        return forward(graph, rule, &members[0], params, removed);
+/// Applies rewrites, keeping its work lists from one to the next, so that a rewrite allocates only the
+/// nodes it creates.
+#[derive(Default)]
+pub struct Rewriter {
+    roots: Vec<usize>,
+    removed: Vec<usize>,
+    planned: Vec<Planned>,
+    sources: Vec<Source>,
+    member_inputs: Vec<usize>,
+    index_of_new: Vec<usize>,
+    made: Vec<usize>,
+    replacing: Vec<usize>,
+    inputs: Vec<usize>,
+    orphans: Vec<usize>,
+}
+
+impl Rewriter {
+    pub fn new() -> Rewriter {
+        Rewriter::default()
     }
 
-    let (planned, member_inputs) = plan(graph, rule, members, params)?;
-    for p in &planned {
-        for s in &p.inputs {
+    /// Apply the rewrite of `prep`'s rule to the match `members` (one slot vector each).
+    pub fn apply(&mut self, graph: &mut WorkGraph<'_>, prep: &Prepared, members: &[Vec<usize>], params: &[Val]) -> Result<(), Refusal> {
+        let rule = prep.rule;
+        self.roots.clear();
+        self.roots.extend(members.iter().map(|m| m[0]));
+        self.removed.clear();
+        self.removed.extend_from_slice(&self.roots);
+        for m in members {
+            for &a in &rule.absorb {
+                // Bindings may alias: a node that another, kept binding also denotes stays (and is removed once).
+                let kept = (1..m.len()).any(|s| m[s] == m[a] && !rule.absorb.contains(&s));
+                if !kept && !self.removed.contains(&m[a]) {
+                    self.removed.push(m[a]);
+                }
+            }
+        }
+        for m in members {
+            for &a in &rule.absorb {
+                if self.removed.contains(&m[a]) {
+                    check_absorbable(graph, rule, m[a], a, &self.removed)?;
+                }
+            }
+        }
+        if !rule.forward.is_empty() {
+            return self.forward(graph, rule, &members[0], params);
+        }
+
+        self.plan(graph, prep, members, params)?;
+        for s in &self.sources {
             if let Source::Arena(i) = *s {
-                if removed.contains(&i) {
+                if self.removed.contains(&i) {
+                    self.planned.clear();
                     return Err(Refusal::Unsafe(format!(
                         "rewrite input {} would be removed by the same rewrite",
                         graph.node(i).label()
@@ -74,93 +104,115 @@ pub fn apply_rewrite(graph: &mut WorkGraph<'_>, rule: &Rule, members: &[Vec<usiz
                 }
             }
         }
-    }
-    if members.len() > 1 {
-        refuse_cycles(graph, &member_inputs, &roots)?;
-    }
-
-    // Everything is known: mutate.
-    let mut made: Vec<usize> = Vec::with_capacity(planned.len());
-    let mut replacing = vec![usize::MAX; roots.len()];
-    for p in planned {
-        let inputs: Vec<usize> = p
-            .inputs
-            .iter()
-            .map(|s| match *s {
-                Source::Arena(i) => i,
-                Source::Planned(j) => made[j],
-            })
-            .collect();
-        if p.replaces.is_none() {
-            if let Some(existing) = identical_node(graph, &p.node, &inputs, &removed) {
-                made.push(existing);
-                continue;
+        if members.len() > 1 {
+            if let Err(refusal) = refuse_cycles(graph, &self.member_inputs, &self.roots) {
+                self.planned.clear();
+                return Err(refusal);
             }
         }
-        let mut node = p.node;
-        node.id = match p.replaces {
-            Some(k) => graph.node(roots[k]).id,
-            None => graph.fresh_id(),
-        };
-        node.inputs = inputs.iter().map(|&i| graph.node(i).id).collect();
-        let position = graph.order_key(roots[p.position_of]).0;
-        let i = graph.add(node, &inputs, position);
-        if let Some(k) = p.replaces {
-            replacing[k] = i;
-        }
-        made.push(i);
-    }
-    // What the removed nodes read may be left without a consumer (a kept mask or scale whose only user
-    // was absorbed): collected now, removed below once nothing reads it.
-    let mut orphans: Vec<usize> = removed.iter().flat_map(|&r| graph.inputs(r).iter().map(|&j| j as usize)).collect();
-    for &r in &removed {
-        graph.remove(r);
-    }
-    for (k, &root) in roots.iter().enumerate() {
-        graph.redirect(root, replacing[k]);
-    }
-    remove_orphans(graph, &mut orphans);
-    Ok(replacing)
-}
 
-/// A forwarding rewrite: every use of the root (consumers and graph outputs) reads the chosen binding
-/// instead, and the removed nodes go. The binding feeds the root, so no cycle can form; it must have the
-/// root's shape and dtype, so that no reader sees a different value type, and must not be removed itself.
-fn forward(graph: &mut WorkGraph<'_>, rule: &Rule, slots: &[usize], params: &[Val], removed: Vec<usize>) -> Result<Vec<usize>, Refusal> {
-    let env = Env::new(graph, slots, params);
-    let mut target = None;
-    for (when, slot) in &rule.forward {
-        let holds = match when {
-            None => true,
-            Some(e) => env.truth(e).map_err(|err| Refusal::Eval(format!("forward condition: {}", err.0)))?,
-        };
-        if holds {
-            target = Some(slots[*slot]);
-            break;
+        // Everything is known: mutate.
+        self.made.clear();
+        self.replacing.clear();
+        self.replacing.resize(self.roots.len(), usize::MAX);
+        let mut planned = std::mem::take(&mut self.planned);
+        for p in planned.drain(..) {
+            self.inputs.clear();
+            for s in &self.sources[p.inputs.0..p.inputs.1] {
+                self.inputs.push(match *s {
+                    Source::Arena(i) => i,
+                    Source::Planned(j) => self.made[j],
+                });
+            }
+            if p.replaces.is_none() {
+                if let Some(existing) = identical_node(graph, &p.node, &self.inputs, &self.removed) {
+                    self.made.push(existing);
+                    continue;
+                }
+            }
+            let mut node = p.node;
+            match p.replaces {
+                Some(k) => {
+                    // The root is removed below: the new node takes over its id and name.
+                    node.id = graph.node(self.roots[k]).id;
+                    node.name = graph.take_name(self.roots[k]);
+                }
+                None => node.id = graph.fresh_id(),
+            }
+            if p.computed.0 {
+                node.shape = node.shape.map(|s| graph.intern_shape(&s));
+            }
+            if p.computed.1 {
+                node.dtype = node.dtype.map(|d| graph.intern_sym(&d));
+            }
+            node.inputs = self.inputs.iter().map(|&i| graph.node(i).id).collect();
+            let position = graph.order_key(self.roots[p.position_of]).0;
+            let i = graph.add_op(node, prep.new_ops[p.new], &self.inputs, position);
+            if let Some(k) = p.replaces {
+                self.replacing[k] = i;
+            }
+            self.made.push(i);
         }
+        // What the removed nodes read may be left without a consumer (a kept mask or scale whose only user
+        // was absorbed): collected now, removed below once nothing reads it.
+        self.orphans.clear();
+        for &r in &self.removed {
+            self.orphans.extend(graph.inputs(r).iter().map(|&j| j as usize));
+        }
+        for &r in &self.removed {
+            graph.remove(r);
+        }
+        for (k, &root) in self.roots.iter().enumerate() {
+            graph.redirect(root, self.replacing[k]);
+        }
+        remove_orphans(graph, &mut self.orphans);
+        self.planned = planned;
+        Ok(())
     }
-    let Some(target) = target else { return Err(Refusal::Eval("no forwarding case holds".into())) };
-    let root = slots[0];
-    let (r, t) = (graph.node(root), graph.node(target));
-    if removed.contains(&target) {
-        return Err(Refusal::Unsafe(format!("forward target {} would be removed by the same rewrite", t.label())));
+
+    /// A forwarding rewrite: every use of the root (consumers and graph outputs) reads the chosen binding
+    /// instead, and the removed nodes go. The binding feeds the root, so no cycle can form; it must have the
+    /// root's shape and dtype, so that no reader sees a different value type, and must not be removed itself.
+    fn forward(&mut self, graph: &mut WorkGraph<'_>, rule: &Rule, slots: &[usize], params: &[Val]) -> Result<(), Refusal> {
+        let removed = &self.removed;
+        let env = Env::new(graph, slots, params);
+        let mut target = None;
+        for (when, slot) in &rule.forward {
+            let holds = match when {
+                None => true,
+                Some(e) => env.truth(e).map_err(|err| Refusal::Eval(format!("forward condition: {}", err.0)))?,
+            };
+            if holds {
+                target = Some(slots[*slot]);
+                break;
+            }
+        }
+        let Some(target) = target else { return Err(Refusal::Eval("no forwarding case holds".into())) };
+        let root = slots[0];
+        let (r, t) = (graph.node(root), graph.node(target));
+        if removed.contains(&target) {
+            return Err(Refusal::Unsafe(format!("forward target {} would be removed by the same rewrite", t.label())));
+        }
+        if r.shape != t.shape || r.dtype != t.dtype {
+            let describe = |n: &Node| {
+                let shape = n.shape.as_ref().map_or("none".to_string(), |s| {
+                    format!("[{}]", s.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+                });
+                format!("{} (shape {shape}, dtype {})", n.label(), n.dtype.as_deref().unwrap_or("none"))
+            };
+            return Err(Refusal::Unsafe(format!("forwarding {} to {} would change the shape or dtype", describe(r), describe(t))));
+        }
+        self.orphans.clear();
+        for &r in removed {
+            self.orphans.extend(graph.inputs(r).iter().map(|&j| j as usize));
+        }
+        for &r in removed {
+            graph.remove(r);
+        }
+        graph.forward(root, target);
+        remove_orphans(graph, &mut self.orphans);
+        Ok(())
     }
-    if r.shape != t.shape || r.dtype != t.dtype {
-        let describe = |n: &Node| {
-            let shape = n.shape.as_ref().map_or("none".to_string(), |s| {
-                format!("[{}]", s.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
-            });
-            format!("{} (shape {shape}, dtype {})", n.label(), n.dtype.as_deref().unwrap_or("none"))
-        };
-        return Err(Refusal::Unsafe(format!("forwarding {} to {} would change the shape or dtype", describe(r), describe(t))));
-    }
-    let mut orphans: Vec<usize> = removed.iter().flat_map(|&r| graph.inputs(r).iter().map(|&j| j as usize)).collect();
-    for &r in &removed {
-        graph.remove(r);
-    }
-    graph.forward(root, target);
-    remove_orphans(graph, &mut orphans);
-    Ok(vec![target])
 }
 
 /// Ops whose every evaluation differs: a helper node of these is never shared.
@@ -200,7 +252,7 @@ fn identical_node(graph: &WorkGraph, node: &Node, inputs: &[usize], removed: &[u
 /// were unused before the rewrite are not touched.
 fn remove_orphans(graph: &mut WorkGraph, orphans: &mut Vec<usize>) {
     while let Some(i) = orphans.pop() {
-        if graph.is_alive(i) && graph.consumer_count(i) == 0 && !graph.is_output(i) && graph.op(i) != "Input" {
+        if graph.is_alive(i) && graph.consumer_count(i) == 0 && !graph.is_output(i) && !graph.is_input(i) {
             orphans.extend(graph.inputs(i).iter().map(|&j| j as usize));
             graph.remove(i);
         }
@@ -212,7 +264,7 @@ fn check_absorbable(graph: &WorkGraph, rule: &Rule, i: usize, slot: usize, remov
     if graph.is_output(i) {
         return Err(Refusal::Unsafe(format!("{} is a graph output", label())));
     }
-    if graph.op(i) == "Input" {
+    if graph.is_input(i) {
         return Err(Refusal::Unsafe(format!("{} is a graph Input", label())));
     }
     if let Some(c) = graph.consumers(i).find(|c| !removed.contains(c)) {
@@ -221,56 +273,80 @@ fn check_absorbable(graph: &WorkGraph, rule: &Rule, i: usize, slot: usize, remov
     Ok(())
 }
 
-/// Evaluate every new node (attributes, shape, dtype, inputs) before anything changes. Also returns
-/// the inputs taken from per-member slots, the only ones that could depend on another member.
-fn plan(graph: &WorkGraph, rule: &Rule, members: &[Vec<usize>], params: &[Val]) -> Result<(Vec<Planned>, Vec<usize>), Refusal> {
-    let per_member: &[bool] = rule.group.as_ref().map_or(&[], |g| g.per_member.as_slice());
-    let base = match rule.group {
-        Some(_) => Env::for_group(graph, members, per_member, params),
-        None => Env::new(graph, &members[0], params),
-    };
-    let mut planned: Vec<Planned> = Vec::new();
-    let mut member_inputs: Vec<usize> = Vec::new();
-    // Where each rewrite node landed in `planned` (each-nodes are never referenced by later nodes).
-    let mut index_of_new: Vec<usize> = Vec::with_capacity(rule.rewrite.len());
-    for new in &rule.rewrite {
-        index_of_new.push(planned.len());
-        let selected: Vec<Option<usize>> = if new.each { (0..members.len()).map(Some).collect() } else { vec![None] };
-        for member in selected {
-            let env = match member {
-                Some(k) => base.at(k),
-                None => base,
-            };
-            let root = members[member.unwrap_or(0)][0];
-            let mut inputs = Vec::with_capacity(new.inputs.len());
-            for input in &new.inputs {
-                match *input {
-                    NewInput::Slot(s) => {
-                        if per_member.get(s) == Some(&true) {
-                            member_inputs.push(env.slots[s]);
+impl Rewriter {
+    /// Evaluate every new node (attributes, shape, dtype, inputs) into `planned` before anything changes. Also
+    /// collects the inputs taken from per-member slots, the only ones that could depend on another member.
+    fn plan(&mut self, graph: &WorkGraph, prep: &Prepared, members: &[Vec<usize>], params: &[Val]) -> Result<(), Refusal> {
+        let rule = prep.rule;
+        let per_member: &[bool] = rule.group.as_ref().map_or(&[], |g| g.per_member.as_slice());
+        let base = match rule.group {
+            Some(_) => Env::for_group(graph, members, per_member, params),
+            None => Env::new(graph, &members[0], params),
+        };
+        self.planned.clear();
+        self.sources.clear();
+        self.member_inputs.clear();
+        // Where each rewrite node landed in `planned` (each-nodes are never referenced by later nodes).
+        self.index_of_new.clear();
+        for (n, new) in rule.rewrite.iter().enumerate() {
+            self.index_of_new.push(self.planned.len());
+            let selected = if new.each { 0..members.len() } else { 0..1 };
+            for k in selected {
+                let member = new.each.then_some(k);
+                let env = match member {
+                    Some(k) => base.at(k),
+                    None => base,
+                };
+                let root = members[k][0];
+                let first = self.sources.len();
+                for input in &new.inputs {
+                    match *input {
+                        NewInput::Slot(s) => {
+                            if per_member.get(s) == Some(&true) {
+                                self.member_inputs.push(env.slots[s]);
+                            }
+                            self.sources.push(Source::Arena(env.slots[s]));
                         }
-                        inputs.push(Source::Arena(env.slots[s]));
-                    }
-                    NewInput::New(j) => inputs.push(Source::Planned(index_of_new[j])),
-                    NewInput::Spread(s) => {
-                        member_inputs.extend(members.iter().map(|m| m[s]));
-                        inputs.extend(members.iter().map(|m| Source::Arena(m[s])));
+                        NewInput::New(j) => self.sources.push(Source::Planned(self.index_of_new[j])),
+                        NewInput::Spread(s) => {
+                            self.member_inputs.extend(members.iter().map(|m| m[s]));
+                            self.sources.extend(members.iter().map(|m| Source::Arena(m[s])));
+                        }
                     }
                 }
+                let node = match build_node(graph, prep, n, &env, root) {
+                    Ok(node) => node,
+                    Err(refusal) => {
+                        self.planned.clear();
+                        return Err(refusal);
+                    }
+                };
+                self.planned.push(Planned {
+                    node,
+                    inputs: (first, self.sources.len()),
+                    replaces: new.replaces.map(|_| k),
+                    position_of: k,
+                    computed: (new.shape.is_some(), new.dtype.is_some()),
+                    new: n,
+                });
             }
-            let node = build_node(graph, new, &env, root)?;
-            planned.push(Planned { node, inputs, replaces: new.replaces.map(|_| member.unwrap_or(0)), position_of: member.unwrap_or(0) });
         }
+        Ok(())
     }
-    Ok((planned, member_inputs))
 }
 
-fn build_node(graph: &WorkGraph, new: &NewNode, env: &Env<'_>, root: usize) -> Result<Node, Refusal> {
+/// New node `n` of `prep`'s rewrite, evaluated in `env` (its id, name and inputs are set when it is added).
+fn build_node(graph: &WorkGraph, prep: &Prepared, n: usize, env: &Env<'_>, root: usize) -> Result<Node, Refusal> {
+    let new = &prep.rule.rewrite[n];
     let root_node = &graph.node(root);
-    let mut attrs = Map::new();
-    for (name, e) in &new.attrs {
+    let mut attrs: Vec<(Sym, Value)> = Vec::with_capacity(new.attrs.len());
+    for ((name, e), key) in new.attrs.iter().zip(&prep.new_keys[n]) {
         let v = env.eval(e).and_then(|v| v.to_json()).map_err(|err| Refusal::Eval(format!("{}.{name}: {}", new.name, err.0)))?;
-        attrs.insert(name.clone(), v);
+        // A name given twice keeps its first place and its last value, as a map insert does.
+        match attrs.iter_mut().find(|(k, _)| k == key) {
+            Some((_, old)) => *old = v,
+            None => attrs.push((key.clone(), v)),
+        }
     }
     let shape = match &new.shape {
         Some(e) => Some(
@@ -291,13 +367,10 @@ fn build_node(graph: &WorkGraph, new: &NewNode, env: &Env<'_>, root: usize) -> R
         },
         None => root_node.dtype.clone(),
     };
-    let mut node = Node::new(0, new.op.clone());
-    node.attrs = attrs.into();
+    let mut node = Node::new(0, graph.op_name(prep.new_ops[n]).clone());
+    node.attrs = Fields::from_pairs(attrs);
     node.shape = shape;
     node.dtype = dtype;
-    if new.replaces.is_some() {
-        node.name = root_node.name.clone();
-    }
     Ok(node)
 }
 

@@ -8,114 +8,23 @@
 //! The loaded nodes may be borrowed (the graph is then copied only where it survives, at the end).
 
 use std::borrow::Cow;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
-use crate::graph::{
-    check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, IdIndex, Interner, Node, NodeId, Sym,
-};
-use crate::registry::Registry;
+use crate::graph::{Dim, Graph, IdIndex, Interner, Node, NodeId, Shape, Sym};
 
-/// Growable lists, one per node, in one flat buffer: a full list moves to the end with twice the room.
-#[derive(Default)]
-struct Lists {
-    data: Vec<(u32, u32)>,
-    start: Vec<u32>,
-    len: Vec<u32>,
-    cap: Vec<u32>,
+mod lists;
+mod result;
+
+use lists::{Lists, OpTable};
+
+/// A `rank` entry that sends the reader to the node itself.
+const ASK_NODE: u8 = u8::MAX;
+
+/// The rank of `node`'s shape as a `rank` entry.
+fn flat_rank(node: &Node) -> u8 {
+    node.shape.as_ref().and_then(|s| u8::try_from(s.len()).ok()).filter(|&r| r != ASK_NODE).unwrap_or(ASK_NODE)
 }
 
-impl Lists {
-    /// Lists of the given lengths, exactly sized.
-    fn with_lengths(lengths: &[u32]) -> Lists {
-        let total: usize = lengths.iter().map(|&l| l as usize).sum();
-        let mut start = Vec::with_capacity(lengths.len());
-        let mut at = 0u32;
-        for &l in lengths {
-            start.push(at);
-            at += l;
-        }
-        Lists { data: vec![(0, 0); total], start, len: vec![0; lengths.len()], cap: lengths.to_vec() }
-    }
-
-    fn get(&self, i: usize) -> &[(u32, u32)] {
-        let s = self.start[i] as usize;
-        &self.data[s..s + self.len[i] as usize]
-    }
-
-    fn add_list(&mut self) {
-        self.start.push(self.data.len() as u32);
-        self.len.push(0);
-        self.cap.push(0);
-    }
-
-    /// Append to list `i`; returns the item's position in it.
-    fn push(&mut self, i: usize, item: (u32, u32)) -> u32 {
-        let (len, cap) = (self.len[i], self.cap[i]);
-        if len == cap {
-            let new_cap = (cap * 2).max(2);
-            let old = self.start[i] as usize;
-            let new = self.data.len();
-            self.data.extend_from_within(old..old + len as usize);
-            self.data.resize(new + new_cap as usize, (0, 0));
-            self.start[i] = new as u32;
-            self.cap[i] = new_cap;
-        }
-        self.data[(self.start[i] + len) as usize] = item;
-        self.len[i] = len + 1;
-        len
-    }
-
-    /// Remove the item at `pos` of list `i` by moving the last one there; returns the moved item, if any.
-    fn swap_remove(&mut self, i: usize, pos: u32) -> Option<(u32, u32)> {
-        let s = self.start[i] as usize;
-        let last = self.len[i] - 1;
-        self.len[i] = last;
-        if pos == last {
-            return None;
-        }
-        let moved = self.data[s + last as usize];
-        self.data[s + pos as usize] = moved;
-        Some(moved)
-    }
-
-    /// Empty list `i`, returning what it held.
-    fn take(&mut self, i: usize) -> Vec<(u32, u32)> {
-        let items = self.get(i).to_vec();
-        self.len[i] = 0;
-        items
-    }
-}
-
-/// Op names interned while building: index by name, names by index, nodes by op.
-#[derive(Default)]
-struct OpTable {
-    names: Vec<Sym>,
-    index: HashMap<Sym, u32>,
-    by_op: Vec<Vec<u32>>,
-    /// The last op looked up: consecutive nodes often share it.
-    last: Option<u32>,
-}
-
-impl OpTable {
-    fn intern(&mut self, op: &Sym) -> u32 {
-        if let Some(k) = self.last.filter(|&k| self.names[k as usize] == *op) {
-            return k;
-        }
-        let k = match self.index.get(op) {
-            Some(&k) => k,
-            None => {
-                let k = self.names.len() as u32;
-                self.index.insert(op.clone(), k);
-                self.names.push(op.clone());
-                self.by_op.push(Vec::new());
-                k
-            }
-        };
-        self.last = Some(k);
-        k
-    }
-}
 
 pub struct WorkGraph<'g> {
     /// The loaded nodes (borrowed or owned), then the nodes rewrites added, by arena index.
@@ -134,9 +43,12 @@ pub struct WorkGraph<'g> {
     /// How many times each node appears in the graph outputs.
     output_count: Vec<u32>,
     /// Sort key for the written order: (position of the original node it replaces, sequence).
-    order_key: Vec<(u32, u32)>,
+    /// (A loaded node's key is (its index, 0); only the added nodes' keys are kept, by added index.)
+    added_key: Vec<(u32, u32)>,
     /// The op of each node, as an index into `op_names` (flat, so the matcher's op checks touch no node).
     op_of: Vec<u32>,
+    /// The rank of each node's shape, flat like `op_of` ([`ASK_NODE`]: no shape, or a rank too large for it).
+    rank: Vec<u8>,
     op_names: Vec<Sym>,
     op_index: HashMap<Sym, u32>,
     /// Shapes and dtypes of created nodes, shared.
@@ -151,6 +63,11 @@ pub struct WorkGraph<'g> {
     live: usize,
     /// Arena indices of the nodes that rewrites created.
     created: Vec<u32>,
+    /// Nodes whose inputs a forwarding rewrite moved to a node with another id (their id lists are rewritten at
+    /// the end; duplicates and dead nodes possible).
+    forwarded: Vec<u32>,
+    /// The op index of `Input`.
+    input_op: u32,
 }
 
 impl WorkGraph<'static> {
@@ -174,20 +91,45 @@ impl<'g> WorkGraph<'g> {
         extra: serde_json::Map<String, serde_json::Value>,
     ) -> WorkGraph<'g> {
         let n = base.len();
-        // A loaded graph is validated: ids are unique and every input is a node.
-        let index = IdIndex::new(base.iter().map(|node| node.id), n).unwrap_or(IdIndex::Dense(Vec::new()));
-        let edges: usize = base.iter().map(|node| node.inputs.len()).sum();
-        let mut in_start = Vec::with_capacity(n + 1);
-        let mut in_data = Vec::with_capacity(edges);
-        let mut counts = vec![0u32; n];
-        let mut repeated = vec![0u32; n];
-        let mut ops = OpTable::default();
-        let mut op_of = Vec::with_capacity(n);
+        // One pass over the nodes for their ids (and edge count), one to build: the nodes are the largest array.
+        let mut ids = Vec::with_capacity(n);
+        let (mut edges, mut max_id, mut identity) = (0usize, None, true);
         for (i, node) in base.iter().enumerate() {
+            ids.push(node.id);
+            edges += node.inputs.len();
+            max_id = max_id.max(Some(node.id));
+            identity &= node.id == i as NodeId;
+        }
+        // A loaded graph is validated: ids are unique and every input is a node. Writers number nodes 0..n in
+        // order, and then an id is its position.
+        let index = match identity {
+            true => None,
+            false => Some(IdIndex::new(ids.iter().copied(), n).unwrap_or(IdIndex::Dense(Vec::new()))),
+        };
+        drop(ids);
+        let position = |id: NodeId| -> u32 {
+            match &index {
+                None if id < n as NodeId => id as u32,
+                None => 0,
+                Some(index) => index.get(id).unwrap_or(0) as u32,
+            }
+        };
+        // Room for the nodes and edges that rewrites add (untouched room costs no memory in a large array).
+        let (n_room, e_room) = (n + n / 4 + 16, edges + edges / 4 + 16);
+        let mut in_start = Vec::with_capacity(n_room + 1);
+        let mut in_data = Vec::with_capacity(e_room);
+        let mut counts = vec![0u32; n];
+        let mut repeated = Vec::with_capacity(n_room);
+        repeated.resize(n, 0u32);
+        let mut ops = OpTable::default();
+        let mut op_of = Vec::with_capacity(n_room);
+        let mut rank = Vec::with_capacity(n_room);
+        for (i, node) in base.iter().enumerate() {
+            rank.push(flat_rank(node));
             in_start.push(in_data.len() as u32);
             let first = in_data.len();
-            for id in &node.inputs {
-                let j = index.get(*id).unwrap_or(0) as u32;
+            for &id in &node.inputs {
+                let j = position(id);
                 if in_data[first..].contains(&j) {
                     repeated[j as usize] += 1;
                 }
@@ -199,25 +141,35 @@ impl<'g> WorkGraph<'g> {
             op_of.push(op);
         }
         in_start.push(in_data.len() as u32);
-        let mut consumers = Lists::with_lengths(&counts);
-        let mut in_pos = vec![0u32; in_data.len()];
+        let mut consumers = Lists::with_lengths(&counts, n_room, e_room + n_room);
+        drop(counts);
+        let mut in_pos = Vec::with_capacity(e_room);
+        in_pos.resize(in_data.len(), 0u32);
         for i in 0..n {
             for e in in_start[i]..in_start[i + 1] {
                 in_pos[e as usize] = consumers.push(in_data[e as usize] as usize, (i as u32, e));
             }
         }
-        let mut output_count = vec![0u32; n];
-        for id in &outputs {
-            if let Some(i) = index.get(*id) {
+        let mut output_count = Vec::with_capacity(n_room);
+        output_count.resize(n, 0u32);
+        for &id in &outputs {
+            let i = match &index {
+                None => (id < n as NodeId).then_some(id as usize),
+                Some(index) => index.get(id),
+            };
+            if let Some(i) = i {
                 output_count[i] += 1;
             }
         }
-        let next_id = base.iter().map(|node| node.id).max().map_or(0, |m| m + 1);
+        let next_id = max_id.map_or(0, |m| m + 1);
+        let mut alive = Vec::with_capacity(n_room);
+        alive.resize(n, true);
+        let input_op = ops.lookup(&Sym::from("Input"));
         WorkGraph {
-            alive: vec![true; n],
-            order_key: (0..n as u32).map(|i| (i, 0)).collect(),
+            alive,
+            added_key: Vec::new(),
             base,
-            added: Vec::new(),
+            added: Vec::with_capacity(n / 8),
             in_start,
             in_data,
             in_pos,
@@ -225,6 +177,7 @@ impl<'g> WorkGraph<'g> {
             repeated,
             output_count,
             op_of,
+            rank,
             op_names: ops.names,
             op_index: ops.index,
             by_op: ops.by_op,
@@ -236,6 +189,8 @@ impl<'g> WorkGraph<'g> {
             extra,
             live: n,
             created: Vec::new(),
+            forwarded: Vec::new(),
+            input_op,
         }
     }
 
@@ -295,7 +250,10 @@ impl<'g> WorkGraph<'g> {
 
     /// The sort key of node `i` in the written order (position of the node it replaced, sequence).
     pub fn order_key(&self, i: usize) -> (u32, u32) {
-        self.order_key[i]
+        match i.checked_sub(self.base.len()) {
+            None => (i as u32, 0),
+            Some(k) => self.added_key[k],
+        }
     }
 
     /// The op of node `i`.
@@ -303,9 +261,78 @@ impl<'g> WorkGraph<'g> {
         &self.op_names[self.op_of[i] as usize]
     }
 
+    /// The op of node `i`, as an op index.
+    pub fn op_id(&self, i: usize) -> u32 {
+        self.op_of[i]
+    }
+
+    /// The op index of `op`, if a node has had it or it was interned.
+    pub fn op_index(&self, op: &str) -> Option<u32> {
+        self.op_index.get(op).copied()
+    }
+
+    /// The op index of `op`, added (with no nodes) if new.
+    pub fn intern_op(&mut self, op: &str) -> u32 {
+        if let Some(&k) = self.op_index.get(op) {
+            return k;
+        }
+        let k = self.op_names.len() as u32;
+        let sym = self.interner.sym(op);
+        self.op_index.insert(sym.clone(), k);
+        self.op_names.push(sym);
+        self.by_op.push(Vec::new());
+        k
+    }
+
+    /// The name of op index `op`.
+    pub fn op_name(&self, op: u32) -> &Sym {
+        &self.op_names[op as usize]
+    }
+
+    /// The rank of node `i`'s shape (None: it has no shape).
+    pub fn rank(&self, i: usize) -> Option<usize> {
+        match self.rank[i] {
+            ASK_NODE => self.node(i).shape.as_ref().map(|s| s.len()),
+            r => Some(r as usize),
+        }
+    }
+
+    /// Whether node `i` is a graph `Input`.
+    pub fn is_input(&self, i: usize) -> bool {
+        self.op_of[i] == self.input_op
+    }
+
     /// Nodes with op `op`, live or dead, in arena order.
     pub fn candidates(&self, op: &str) -> &[u32] {
         self.op_index.get(op).map_or(&[], |&k| self.by_op[k as usize].as_slice())
+    }
+
+    /// Nodes with op index `op`, live or dead, in arena order.
+    pub fn candidates_of(&self, op: u32) -> &[u32] {
+        self.by_op.get(op as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The shared copy of a shape, for a created node.
+    pub fn intern_shape(&mut self, dims: &[Dim]) -> Shape {
+        self.interner.shape(dims)
+    }
+
+    /// The shared copy of a dtype, for a created node.
+    pub fn intern_sym(&mut self, s: &str) -> Sym {
+        self.interner.sym(s)
+    }
+
+    /// The name of dead node `i`, moved out where the graph owns it (else copied): a node that replaces a root
+    /// takes over its name.
+    pub fn take_name(&mut self, i: usize) -> Option<String> {
+        debug_assert!(!self.alive[i]);
+        match i.checked_sub(self.base.len()) {
+            Some(k) => self.added[k].name.take(),
+            None => match &mut self.base {
+                Cow::Owned(nodes) => nodes[i].name.take(),
+                Cow::Borrowed(nodes) => nodes[i].name.clone(),
+            },
+        }
     }
 
     pub fn fresh_id(&mut self) -> NodeId {
@@ -335,6 +362,21 @@ impl<'g> WorkGraph<'g> {
 
     /// Append a node whose inputs are the live arena nodes `inputs`, ordered at `position`.
     pub fn add(&mut self, mut node: Node, inputs: &[usize], position: u32) -> usize {
+        let op = self.intern_op(&node.op);
+        // Share the op, and a shape or dtype that no other node holds yet, with the nodes that have the same.
+        node.op = self.op_names[op as usize].clone();
+        if let Some(shape) = node.shape.as_mut().filter(|s| std::sync::Arc::strong_count(s) == 1) {
+            *shape = self.interner.shape(shape);
+        }
+        if let Some(dtype) = node.dtype.as_mut() {
+            *dtype = self.interner.sym(dtype);
+        }
+        node.attrs.intern_keys(&mut self.interner);
+        self.add_op(node, op, inputs, position)
+    }
+
+    /// [`add`](Self::add) for a node whose op is op index `op` (its op, shape, dtype and keys already shared).
+    pub fn add_op(&mut self, node: Node, op: u32, inputs: &[usize], position: u32) -> usize {
         let i = self.alive.len();
         self.consumers.add_list();
         self.repeated.push(0);
@@ -347,29 +389,11 @@ impl<'g> WorkGraph<'g> {
             self.in_pos.push(self.consumers.push(j, (i as u32, e)));
         }
         self.in_start.push(self.in_data.len() as u32);
-        let op = match self.op_index.get(node.op.as_str()) {
-            Some(&k) => k,
-            None => {
-                let k = self.op_names.len() as u32;
-                self.op_index.insert(node.op.clone(), k);
-                self.op_names.push(node.op.clone());
-                self.by_op.push(Vec::new());
-                k
-            }
-        };
-        // Share the op, and a shape or dtype that no other node holds yet, with the nodes that have the same.
-        node.op = self.op_names[op as usize].clone();
-        if let Some(shape) = node.shape.as_mut().filter(|s| std::sync::Arc::strong_count(s) == 1) {
-            *shape = self.interner.shape(shape);
-        }
-        if let Some(dtype) = node.dtype.as_mut() {
-            *dtype = self.interner.sym(dtype);
-        }
-        node.attrs.intern_keys(&mut self.interner);
         self.by_op[op as usize].push(i as u32);
         self.op_of.push(op);
+        self.rank.push(flat_rank(&node));
         self.sequence += 1;
-        self.order_key.push((position, self.sequence));
+        self.added_key.push((position, self.sequence));
         self.added.push(node);
         self.output_count.push(0);
         self.alive.push(true);
@@ -382,9 +406,10 @@ impl<'g> WorkGraph<'g> {
     /// and no consumers yet.
     pub fn redirect(&mut self, old: usize, new: usize) {
         debug_assert_eq!(self.consumers.len[new], 0);
-        for (c, e) in self.consumers.take(old) {
+        // The consumer list moves whole, so every edge keeps its place in it.
+        self.consumers.give(old, new);
+        for &(_, e) in self.consumers.get(new) {
             self.in_data[e as usize] = new as u32;
-            self.in_pos[e as usize] = self.consumers.push(new, (c, e));
         }
         self.repeated[new] += std::mem::take(&mut self.repeated[old]);
         self.output_count[new] += std::mem::take(&mut self.output_count[old]);
@@ -393,12 +418,17 @@ impl<'g> WorkGraph<'g> {
     /// Move the consumers and output uses of `old` (dead or about to die) onto `new`, an existing live node
     /// with another id (a forwarding rewrite). The consumers' input ids are fixed in `into_graph`.
     pub fn forward(&mut self, old: usize, new: usize) {
-        for (c, e) in self.consumers.take(old) {
+        let same_id = self.node(old).id == self.node(new).id;
+        for k in self.consumers.take(old) {
+            let (c, e) = self.consumers.data[k];
             if self.inputs(c as usize).contains(&(new as u32)) {
                 self.repeated[new] += 1;
             }
             self.in_data[e as usize] = new as u32;
             self.in_pos[e as usize] = self.consumers.push(new, (c, e));
+            if !same_id {
+                self.forwarded.push(c);
+            }
         }
         self.repeated[old] = 0;
         if self.output_count[old] > 0 {
@@ -420,148 +450,4 @@ impl<'g> WorkGraph<'g> {
         counts
     }
 
-    /// The live nodes in written order: the loaded ones in their order, each added node after the one whose
-    /// position it took (by sequence).
-    fn written_order(&self) -> Vec<u32> {
-        let mut added: Vec<u32> = self.created.iter().copied().filter(|&i| self.alive[i as usize]).collect();
-        added.sort_unstable_by_key(|&i| self.order_key[i as usize]);
-        let mut order = Vec::with_capacity(self.live);
-        let mut next = added.iter().peekable();
-        for i in 0..self.base.len() {
-            while let Some(&&a) = next.peek().filter(|&&&a| self.order_key[a as usize].0 < i as u32) {
-                order.push(a);
-                next.next();
-            }
-            if self.alive[i] {
-                order.push(i as u32);
-            }
-        }
-        order.extend(next);
-        order
-    }
-
-    /// The live nodes as a checked Graph in topological order: the written order where it is one, else the
-    /// stable topological order closest to it. Only the nodes rewrites created are checked against the
-    /// registry (the others were checked on loading); the structure is checked in arena terms (every input
-    /// live, no cycle, every output a live node), with no id lookups.
-    pub fn into_graph(self, registry: &Registry) -> Result<Graph, GraphError> {
-        let mut order = self.written_order();
-        let mut position = vec![u32::MAX; self.alive.len()];
-        for (p, &i) in order.iter().enumerate() {
-            position[i as usize] = p as u32;
-        }
-        let mut ordered = true;
-        for &i in &order {
-            for &j in self.inputs(i as usize) {
-                let p = position[j as usize];
-                if p == u32::MAX {
-                    let node = self.node(i as usize);
-                    return Err(GraphError::new(
-                        GraphErrorKind::DanglingInput,
-                        format!("{}: input {} was removed by a rewrite (field \"inputs\")", node.label(), self.node(j as usize).id),
-                    ));
-                }
-                ordered &= p < position[i as usize];
-            }
-        }
-        if !ordered {
-            order = self.topological(&order, &position)?;
-        }
-        let live_outputs: usize = order.iter().map(|&i| self.output_count[i as usize] as usize).sum();
-        if live_outputs != self.outputs.len() {
-            return Err(GraphError::new(GraphErrorKind::BadOutput, "a graph output was removed by a rewrite"));
-        }
-        let created = || self.created.iter().filter(|&&i| self.alive[i as usize]).map(|&i| self.node(i as usize));
-        for node in created() {
-            check_node_fields(node)?;
-        }
-        check_registry(created(), registry)?;
-        // Nodes whose inputs a forwarding rewrite moved to another id: their id lists, by written position.
-        let forwarded: Vec<(usize, Vec<NodeId>)> = order
-            .iter()
-            .enumerate()
-            .filter(|&(_, &i)| {
-                let ids = &self.node(i as usize).inputs;
-                self.inputs(i as usize).iter().zip(ids).any(|(&j, &id)| self.node(j as usize).id != id)
-            })
-            .map(|(p, &i)| (p, self.inputs(i as usize).iter().map(|&j| self.node(j as usize).id).collect()))
-            .collect();
-        let WorkGraph { base, mut added, name, outputs, extra, .. } = self;
-        let n_base = base.len();
-        let nodes = match base {
-            Cow::Borrowed(nodes) => order
-                .iter()
-                .map(|&i| match (i as usize).checked_sub(n_base) {
-                    None => nodes[i as usize].clone(),
-                    Some(k) => std::mem::replace(&mut added[k], Node::new(0, String::new())),
-                })
-                .collect(),
-            Cow::Owned(nodes) => place_owned(nodes, added, &order),
-        };
-        let mut nodes: Vec<Node> = nodes;
-        for (p, ids) in forwarded {
-            nodes[p].inputs = ids;
-        }
-        Ok(Graph { name, nodes, outputs, extra })
-    }
-
-    /// Kahn's algorithm over the live nodes, always taking the ready node earliest in `order`.
-    fn topological(&self, order: &[u32], position: &[u32]) -> Result<Vec<u32>, GraphError> {
-        let mut pending: Vec<u32> = vec![0; self.alive.len()];
-        let mut ready = BinaryHeap::new();
-        for &i in order {
-            pending[i as usize] = self.inputs(i as usize).len() as u32;
-            if pending[i as usize] == 0 {
-                ready.push(Reverse(position[i as usize]));
-            }
-        }
-        let mut sorted = Vec::with_capacity(order.len());
-        while let Some(Reverse(p)) = ready.pop() {
-            let i = order[p as usize];
-            sorted.push(i);
-            for c in self.consumers(i as usize) {
-                pending[c] -= 1;
-                if pending[c] == 0 {
-                    ready.push(Reverse(position[c]));
-                }
-            }
-        }
-        if sorted.len() != order.len() {
-            let stuck = order.iter().find(|&&i| pending[i as usize] > 0).map_or(0, |&i| i as usize);
-            return Err(GraphError::new(
-                GraphErrorKind::Cycle,
-                format!("{} is on a cycle made by a rewrite (field \"inputs\")", self.node(stuck).label()),
-            ));
-        }
-        Ok(sorted)
-    }
-}
-
-/// The nodes of `order` (arena indices: the loaded `nodes`, then `added`), moved out in that order. When every
-/// loaded node comes no earlier than where it is written (each rewrite removed at least as many nodes before a
-/// point as it added), they are moved within `nodes`' own buffer, so the result needs no second array of nodes.
-fn place_owned(mut nodes: Vec<Node>, mut added: Vec<Node>, order: &[u32]) -> Vec<Node> {
-    let n_base = nodes.len();
-    // An empty Node left behind allocates nothing.
-    let take = |slot: &mut Node| std::mem::replace(slot, Node::new(0, String::new()));
-    let in_place = order.iter().enumerate().all(|(p, &i)| i as usize >= n_base || p <= i as usize);
-    if !in_place {
-        return order
-            .iter()
-            .map(|&i| match (i as usize).checked_sub(n_base) {
-                None => take(&mut nodes[i as usize]),
-                Some(k) => take(&mut added[k]),
-            })
-            .collect();
-    }
-    for (p, &i) in order.iter().enumerate() {
-        let node = match (i as usize).checked_sub(n_base) {
-            None => take(&mut nodes[i as usize]),
-            Some(k) => take(&mut added[k]),
-        };
-        // Position p holds a dead node, or one already moved to an earlier position.
-        nodes[p] = node;
-    }
-    nodes.truncate(order.len());
-    nodes
 }

@@ -88,3 +88,17 @@ fn a_borrowed_graph_is_left_as_it_was() {
     assert!(out.is_err());
     assert_eq!(g, hub(3));
 }
+
+#[test]
+fn an_unchecked_graph_with_a_missing_input_id_builds_without_panicking() {
+    // Ids 0..n in order take the fast path (an id is its position); an input id past the nodes must not index out
+    // of bounds there, nor with sparse ids.
+    for base in [0, 1000] {
+        let mut g = Graph::new(None);
+        g.nodes = vec![node(base, "Input", &[]), node(base + 1, "Relu", &[base + 7])];
+        g.outputs = vec![base + 1];
+        let w = WorkGraph::new(g);
+        assert_eq!(w.live_count(), 2);
+        assert_eq!(w.inputs(1).len(), 1);
+    }
+}
