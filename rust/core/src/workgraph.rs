@@ -322,10 +322,9 @@ impl<'g> WorkGraph<'g> {
         self.interner.sym(s)
     }
 
-    /// The name of dead node `i`, moved out where the graph owns it (else copied): a node that replaces a root
-    /// takes over its name.
+    /// The name of node `i`, a rewrite's root that the caller removes in the same rewrite, moved out where the
+    /// graph owns it (else copied): the node that replaces the root takes over its name.
     pub fn take_name(&mut self, i: usize) -> Option<String> {
-        debug_assert!(!self.alive[i]);
         match i.checked_sub(self.base.len()) {
             Some(k) => self.added[k].name.take(),
             None => match &mut self.base {
