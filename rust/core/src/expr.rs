@@ -491,6 +491,19 @@ pub fn equal(a: &Val, b: &Val) -> Result<bool, EvalError> {
     })
 }
 
+/// `a op b` for a comparison operator (`==`, `!=`, `<`, `<=`, `>`, `>=`); `None` for any other operator.
+pub(crate) fn compare<T: PartialOrd>(op: BinOp, a: T, b: T) -> Option<bool> {
+    Some(match op {
+        BinOp::Eq => a == b,
+        BinOp::Ne => a != b,
+        BinOp::Lt => a < b,
+        BinOp::Le => a <= b,
+        BinOp::Gt => a > b,
+        BinOp::Ge => a >= b,
+        _ => return None,
+    })
+}
+
 fn binary(op: BinOp, a: Val, b: Val) -> EvalResult {
     match op {
         BinOp::Eq => return Ok(Val::Bool(equal(&a, &b)?)),
@@ -517,11 +530,7 @@ fn binary(op: BinOp, a: Val, b: Val) -> EvalResult {
                     }
                     Val::Int(x.checked_rem(y).ok_or_else(overflow)?)
                 }
-                BinOp::Lt => Val::Bool(x < y),
-                BinOp::Le => Val::Bool(x <= y),
-                BinOp::Gt => Val::Bool(x > y),
-                BinOp::Ge => Val::Bool(x >= y),
-                _ => unreachable!("handled above"),
+                _ => Val::Bool(compare(op, x, y).expect("the other operators are handled above")),
             })
         }
         (Val::Int(_) | Val::Float(_), Val::Int(_) | Val::Float(_)) => {
@@ -533,11 +542,7 @@ fn binary(op: BinOp, a: Val, b: Val) -> EvalResult {
                 BinOp::Mul => Val::Float(x * y),
                 BinOp::Div => Val::Float(x / y),
                 BinOp::Rem => Val::Float(x % y),
-                BinOp::Lt => Val::Bool(x < y),
-                BinOp::Le => Val::Bool(x <= y),
-                BinOp::Gt => Val::Bool(x > y),
-                BinOp::Ge => Val::Bool(x >= y),
-                _ => unreachable!("handled above"),
+                _ => Val::Bool(compare(op, x, y).expect("the other operators are handled above")),
             })
         }
         (Val::Sym(s), _) | (_, Val::Sym(s)) => fail(format!("arithmetic or ordering on symbolic dim {s}")),

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::expr::json_equal;
+use crate::expr::{compare, json_equal};
 use crate::graph::{Dim, Sym};
 use crate::program::{BinOp, Builtin, Expr, Instr, Rule};
 use crate::workgraph::WorkGraph;
@@ -156,18 +156,6 @@ fn call_on_slot(e: &Expr, f: Builtin) -> Option<usize> {
     }
 }
 
-fn compare(cmp: BinOp, a: i64, b: i64) -> bool {
-    match cmp {
-        BinOp::Eq => a == b,
-        BinOp::Ne => a != b,
-        BinOp::Lt => a < b,
-        BinOp::Le => a <= b,
-        BinOp::Gt => a > b,
-        BinOp::Ge => a >= b,
-        _ => false,
-    }
-}
-
 impl Check {
     /// The direct form of `expr`, if it is one of the common shapes.
     pub fn of(expr: &Expr) -> Option<Check> {
@@ -207,8 +195,8 @@ impl Check {
     /// Whether the guard holds with `slots` bound.
     pub fn holds(&self, graph: &WorkGraph, slots: &[usize]) -> bool {
         match self {
-            Check::Uses { slot, cmp, n } => compare(*cmp, graph.uses(slots[*slot]) as i64, *n),
-            Check::Rank { slot, cmp, n } => graph.rank(slots[*slot]).is_some_and(|r| compare(*cmp, r as i64, *n)),
+            Check::Uses { slot, cmp, n } => compare(*cmp, graph.uses(slots[*slot]) as i64, *n).unwrap_or(false),
+            Check::Rank { slot, cmp, n } => graph.rank(slots[*slot]).is_some_and(|r| compare(*cmp, r as i64, *n).unwrap_or(false)),
             Check::NotOutput(of) => !of.iter().any(|&s| graph.is_output(slots[s])),
             Check::AttrLit { slot, key, lit, equal } => {
                 let value = graph.node(slots[*slot]).attrs.get(key).unwrap_or(&Value::Null);
