@@ -7,7 +7,9 @@
 //! the graph back, keeping unknown fields.
 
 mod lean;
+mod lenient;
 mod load;
+mod nodes;
 mod read;
 mod split;
 mod write;
