@@ -238,6 +238,7 @@ impl<'de> DeserializeSeed<'de> for NodesSeed {
 
 impl Buffers {
     /// The node just read, its op, dtype and shape shared through `interner`; [`Buffers::raw`] is left emptied.
+    #[allow(clippy::drain_collect)] // the attributes are copied out at their size; the buffer keeps its room for the next node
     fn take_node(&mut self, index: usize, interner: &mut Interner) -> Result<Node, GraphError> {
         let Buffers { raw, inputs: input_ids, dims, attrs: pairs } = self;
         let at = || format!("the node at index {index} of \"nodes\"");
