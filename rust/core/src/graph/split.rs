@@ -12,7 +12,9 @@ use std::marker::PhantomData;
 use serde::de::{DeserializeSeed, IgnoredAny};
 use serde_json::Value;
 
-use super::load::{set, Buffers, List, NodeSeed, RawGraph, RawNodes};
+use super::lenient::List;
+use super::load::RawGraph;
+use super::nodes::{set, Buffers, NodeSeed, RawNodes};
 use super::{Graph, Interner, Node, NodeId};
 
 /// Below this many bytes, one thread reads the document.

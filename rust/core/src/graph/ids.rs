@@ -1,0 +1,86 @@
+//! Node ids: a fast keyed hasher for them, maps keyed by them, and a position index over a graph's nodes.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::NodeId;
+
+/// A fast hasher for node ids: a per-process random key mixed with splitmix64. SipHash dominated
+/// the cost of indexing large graphs. The random key keeps hostile ids from being chosen to collide.
+#[derive(Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Default for IdHasher {
+    fn default() -> Self {
+        static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        IdHasher(*KEY.get_or_init(|| {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+        }))
+    }
+}
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_add(0x9e37_79b9_7f4a_7c15).rotate_left(23);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// A map keyed by node id (or index), with [`IdHasher`].
+pub type IdMap<V> = HashMap<NodeId, V, BuildHasherDefault<IdHasher>>;
+
+/// Position by node id: a flat table when the ids are dense (as writers number them, 0..n), else a hash map.
+pub enum IdIndex {
+    Dense(Vec<u32>),
+    Sparse(IdMap<u32>),
+}
+
+impl IdIndex {
+    /// The index of `ids` (the id at position i maps to i), or the positions (first, second) of the first
+    /// id given twice, in the order of the second.
+    pub fn new(ids: impl Iterator<Item = NodeId> + Clone, n: usize) -> Result<IdIndex, (usize, usize)> {
+        let max = ids.clone().max().unwrap_or(0);
+        if max < (2 * n as u64).max(1024) && n < u32::MAX as usize {
+            let mut table = vec![u32::MAX; max as usize + 1];
+            for (i, id) in ids.enumerate() {
+                let slot = &mut table[id as usize];
+                if *slot != u32::MAX {
+                    return Err((*slot as usize, i));
+                }
+                *slot = i as u32;
+            }
+            Ok(IdIndex::Dense(table))
+        } else {
+            let mut map = IdMap::with_capacity_and_hasher(n, Default::default());
+            for (i, id) in ids.enumerate() {
+                if let Some(first) = map.insert(id, i as u32) {
+                    return Err((first as usize, i));
+                }
+            }
+            Ok(IdIndex::Sparse(map))
+        }
+    }
+
+    /// The position of the node with id `id`.
+    pub fn get(&self, id: NodeId) -> Option<usize> {
+        let p = match self {
+            IdIndex::Dense(table) => *table.get(usize::try_from(id).ok()?)?,
+            IdIndex::Sparse(map) => *map.get(&id)?,
+        };
+        (p != u32::MAX).then_some(p as usize)
+    }
+}
