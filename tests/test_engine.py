@@ -271,3 +271,22 @@ def test_stop_reasons_old_and_new(text, reason):
     assert StopReason(text) is StopReason[reason]
     with pytest.raises(ValueError):
         StopReason("tired")
+
+
+def test_large_graphs_dropped_while_others_are_in_use_stay_intact():
+    # Graphs of 65,536 nodes or more are freed on a thread of their own: dropping one must not disturb the graph
+    # made next, nor one made from the same text before it.
+    from rlx_rules.examples import bert_encoder
+
+    doc = bert_encoder(2300)
+    assert len(doc["nodes"]) >= 65536
+    text = json.dumps(doc)
+    rules = rlx_rules.load_rules(pathlib.Path(__file__).parent.parent / "rules" / "seed.rlxr")
+    kept = rlx_rules.Graph.from_json(text)
+    expected = rules.apply(kept)[0].to_json()
+    for _ in range(2):
+        graph = rlx_rules.Graph.from_json(text)
+        fused, _ = rules.apply(graph)
+        assert fused.to_json() == expected
+        del graph, fused
+    assert rules.apply(kept)[0].to_json() == expected

@@ -39,6 +39,20 @@ pub struct PyGraph {
     warnings: Vec<String>,
 }
 
+/// Graphs of at least this many nodes are freed on a thread of their own: freeing 290k nodes takes 20-30 ms that
+/// the caller, often a command about to exit, need not wait for.
+const BACKGROUND_FREE_NODES: usize = 1 << 16;
+
+impl Drop for PyGraph {
+    fn drop(&mut self) {
+        if self.inner.nodes.len() >= BACKGROUND_FREE_NODES {
+            let nodes = std::mem::take(&mut self.inner.nodes);
+            // Where no thread can start, the closure, and the nodes with it, are dropped here instead.
+            let _ = std::thread::Builder::new().name("rlx-free".into()).spawn(move || drop(nodes));
+        }
+    }
+}
+
 #[pymethods]
 impl PyGraph {
     /// Parse and validate graph.json text (at most `max_nodes` nodes; default 10 million).
