@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::graph::{Dim, Graph, IdIndex, Interner, Node, NodeId, Shape, Sym};
+use crate::kernels::simd::prefetch;
 
 mod lists;
 mod result;
@@ -109,12 +110,16 @@ impl Flat {
     fn fill(base: &[Node], index: Option<&IdIndex>) -> Option<Flat> {
         let n = base.len();
         // Room for the nodes that rewrites add, and a first guess at the edges (untouched room costs no memory).
-        let mut hot = Vec::with_capacity(n + n / 4 + 16);
-        hot.resize(n, Hot::default());
+        let mut hot: Vec<Hot> = Vec::with_capacity(n + n / 4 + 16);
         let mut in_data = Vec::with_capacity(2 * n + 16);
         let mut ops = OpTable::default();
         let mut max_id = None;
         for (i, node) in base.iter().enumerate() {
+            // Entries are written in order (an input of a graph that is not topologically ordered gets its entry
+            // early, to count its consumers).
+            if hot.len() == i {
+                hot.push(Hot::default());
+            }
             let first = in_data.len();
             for &id in &node.inputs {
                 let j = match index {
@@ -122,6 +127,9 @@ impl Flat {
                     None => 0,
                     Some(index) => index.get(id).unwrap_or(0) as u32,
                 };
+                if j as usize >= hot.len() {
+                    hot.resize(j as usize + 1, Hot::default());
+                }
                 if in_data[first..].contains(&j) {
                     hot[j as usize].repeated += 1;
                 }
@@ -255,6 +263,27 @@ impl<'g> WorkGraph<'g> {
     pub fn inputs(&self, i: usize) -> &[u32] {
         let h = &self.hot[i];
         &self.in_data[h.in_start as usize..(h.in_start + h.in_len) as usize]
+    }
+
+    /// A hint that node `i` will be matched soon: brings its flat fields toward the cache (a candidate further
+    /// ahead than the one given to [`prefetch_node`](Self::prefetch_node)). Never reads memory it hints at.
+    #[inline]
+    pub fn prefetch_flat(&self, i: usize) {
+        if i < self.hot.len() {
+            prefetch(self.hot.as_ptr().wrapping_add(i).cast());
+        }
+    }
+
+    /// A hint that node `i` will be matched next: brings its input edges and the node itself toward the cache.
+    #[inline]
+    pub fn prefetch_node(&self, i: usize) {
+        if let Some(h) = self.hot.get(i) {
+            prefetch(self.in_data.as_ptr().wrapping_add(h.in_start as usize).cast());
+            let node: *const u8 = (self.node(i) as *const Node).cast();
+            for line in (0..std::mem::size_of::<Node>()).step_by(64) {
+                prefetch(node.wrapping_add(line).cast());
+            }
+        }
     }
 
     /// Input `k` of node `i`.
