@@ -344,6 +344,13 @@ fn run(
                     candidates.sort_by_key(|&i| work.order_key(i));
                 }
                 for (n, &root) in candidates.iter().enumerate() {
+                    // In a large graph the candidates lie far apart: fetch the ones ahead while this one is tried.
+                    if let Some(&far) = candidates.get(n + 16) {
+                        work.prefetch_flat(far);
+                    }
+                    if let Some(&near) = candidates.get(n + 8) {
+                        work.prefetch_node(near);
+                    }
                     // Reading the clock costs; every 64 candidates is often enough.
                     if n % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
                         stop = StopReason::TimeBudget;

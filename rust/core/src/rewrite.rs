@@ -134,7 +134,7 @@ impl Rewriter {
             match p.replaces {
                 Some(k) => {
                     // The root is removed below: the new node takes over its id and name.
-                    node.id = graph.node(self.roots[k]).id;
+                    node.id = graph.id(self.roots[k]);
                     node.name = graph.take_name(self.roots[k]);
                 }
                 None => node.id = graph.fresh_id(),
@@ -145,7 +145,7 @@ impl Rewriter {
             if p.computed.1 {
                 node.dtype = node.dtype.map(|d| graph.intern_sym(&d));
             }
-            node.inputs = self.inputs.iter().map(|&i| graph.node(i).id).collect();
+            node.inputs = self.inputs.iter().map(|&i| graph.id(i)).collect();
             let position = graph.order_key(self.roots[p.position_of]).0;
             let i = graph.add_op(node, prep.new_ops[p.new], &self.inputs, position);
             if let Some(k) = p.replaces {

@@ -102,3 +102,35 @@ fn an_unchecked_graph_with_a_missing_input_id_builds_without_panicking() {
         assert_eq!(w.inputs(1).len(), 1);
     }
 }
+
+#[test]
+fn ids_that_stop_being_positions_partway_are_indexed_instead() {
+    // Ids 0, 1, 2 are their positions; 10 is not, so the build falls back to an id index for every node.
+    let mut g = Graph::new(None);
+    g.nodes = vec![
+        node(0, "Input", &[]),
+        node(1, "Relu", &[0]),
+        node(2, "Relu", &[0]),
+        node(10, "Add", &[1, 2]),
+        node(4, "Add", &[10, 10]),
+    ];
+    g.outputs = vec![4];
+    let mut w = WorkGraph::new(g.clone());
+    assert_eq!(w.inputs(3), [1, 2]);
+    assert_eq!(w.inputs(4), [3, 3], "id 10 is position 3, not the missing position 10");
+    assert_eq!((w.consumer_count(3), w.uses(3)), (2, 1));
+    assert_eq!((w.id(3), w.id(4)), (10, 4));
+    assert!(w.is_output(4) && !w.is_output(3));
+    assert_eq!(w.op_counts().get("Relu"), Some(&2));
+    // A new node gets an id past the largest one, and the per-op counts follow every edit.
+    assert_eq!(w.fresh_id(), 11);
+    let sig = w.add(node(1, "Sigmoid", &[0]), &[0], w.order_key(1).0);
+    w.remove(1);
+    w.redirect(1, sig);
+    let counts = w.op_counts();
+    assert_eq!((counts.get("Relu"), counts.get("Sigmoid"), counts.get("Add")), (Some(&1), Some(&1), Some(&2)));
+    let out = w.into_graph(Registry::builtin()).unwrap();
+    let ids: Vec<(u64, &str)> = out.nodes.iter().map(|n| (n.id, n.op.as_str())).collect();
+    assert_eq!(ids, [(0, "Input"), (1, "Sigmoid"), (2, "Relu"), (10, "Add"), (4, "Add")]);
+    assert_eq!(out.nodes[3].inputs, [1, 2]);
+}

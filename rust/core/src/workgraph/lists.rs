@@ -4,74 +4,69 @@ use std::collections::HashMap;
 
 use crate::graph::Sym;
 
+/// Where one node's list lies in [`Lists::data`]: kept with the node's other flat fields, so that a match reads a
+/// node's consumer count from the cache line that holds its op and inputs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Head {
+    pub(super) start: u32,
+    pub(super) len: u32,
+    pub(super) cap: u32,
+}
+
 /// Growable lists, one per node, in one flat buffer: a full list moves to the end with twice the room.
 #[derive(Default)]
 pub(super) struct Lists {
     pub(super) data: Vec<(u32, u32)>,
-    pub(super) start: Vec<u32>,
-    pub(super) len: Vec<u32>,
-    pub(super) cap: Vec<u32>,
 }
 
 impl Lists {
-    /// Empty lists with room for the given lengths and one more each (a rewrite adds a node that reads what the
-    /// nodes it removes read, before removing them); the vectors have room for `lists` lists and `items` items.
-    pub(super) fn with_lengths(lengths: &[u32], lists: usize, items: usize) -> Lists {
-        let mut start = Vec::with_capacity(lists);
-        let mut cap = Vec::with_capacity(lists);
+    /// Empty lists: each head's `cap` holds the list's expected length on entry, and gets room for one more (a
+    /// rewrite adds a node that reads what the nodes it removes read, before removing them); `data` gets room
+    /// for `items` items.
+    pub(super) fn with_lengths<'h>(heads: impl Iterator<Item = &'h mut Head>, items: usize) -> Lists {
         let mut at = 0u32;
-        for &l in lengths {
-            start.push(at);
-            cap.push(l + 1);
-            at += l + 1;
+        for head in heads {
+            let cap = head.cap + 1;
+            *head = Head { start: at, len: 0, cap };
+            at += cap;
         }
         let mut data = Vec::with_capacity(items.max(at as usize));
         data.resize(at as usize, (0, 0));
-        let mut len = Vec::with_capacity(lists);
-        len.resize(lengths.len(), 0);
-        Lists { data, start, len, cap }
+        Lists { data }
     }
 
-    /// Give list `from` (emptied) to `to`, whose own list must be empty.
-    pub(super) fn give(&mut self, from: usize, to: usize) {
-        self.start.swap(from, to);
-        self.len.swap(from, to);
-        self.cap.swap(from, to);
+    pub(super) fn get(&self, head: &Head) -> &[(u32, u32)] {
+        let s = head.start as usize;
+        &self.data[s..s + head.len as usize]
     }
 
-    pub(super) fn get(&self, i: usize) -> &[(u32, u32)] {
-        let s = self.start[i] as usize;
-        &self.data[s..s + self.len[i] as usize]
+    /// A new empty list (it takes room when first pushed to).
+    pub(super) fn add_list(&self) -> Head {
+        Head { start: self.data.len() as u32, len: 0, cap: 0 }
     }
 
-    pub(super) fn add_list(&mut self) {
-        self.start.push(self.data.len() as u32);
-        self.len.push(0);
-        self.cap.push(0);
-    }
-
-    /// Append to list `i`; returns the item's position in it.
-    pub(super) fn push(&mut self, i: usize, item: (u32, u32)) -> u32 {
-        let (len, cap) = (self.len[i], self.cap[i]);
+    /// Append to the list of `head`; returns the item's position in it.
+    pub(super) fn push(&mut self, head: &mut Head, item: (u32, u32)) -> u32 {
+        let (len, cap) = (head.len, head.cap);
         if len == cap {
             let new_cap = (cap * 2).max(2);
-            let old = self.start[i] as usize;
+            let old = head.start as usize;
             let new = self.data.len();
             self.data.extend_from_within(old..old + len as usize);
             self.data.resize(new + new_cap as usize, (0, 0));
-            self.start[i] = new as u32;
-            self.cap[i] = new_cap;
+            head.start = new as u32;
+            head.cap = new_cap;
         }
-        self.data[(self.start[i] + len) as usize] = item;
-        self.len[i] = len + 1;
+        self.data[(head.start + len) as usize] = item;
+        head.len = len + 1;
         len
     }
 
-    /// Remove the item at `pos` of list `i` by moving the last one there; returns the moved item, if any.
-    pub(super) fn swap_remove(&mut self, i: usize, pos: u32) -> Option<(u32, u32)> {
-        let s = self.start[i] as usize;
-        let last = self.len[i] - 1;
-        self.len[i] = last;
+    /// Remove the item at `pos` of the list of `head` by moving the last one there; returns the moved item, if any.
+    pub(super) fn swap_remove(&mut self, head: &mut Head, pos: u32) -> Option<(u32, u32)> {
+        let s = head.start as usize;
+        let last = head.len - 1;
+        head.len = last;
         if pos == last {
             return None;
         }
@@ -80,10 +75,10 @@ impl Lists {
         Some(moved)
     }
 
-    /// Empty list `i`; returns where its items still lie in `data` (valid until list `i` grows again).
-    pub(super) fn take(&mut self, i: usize) -> std::ops::Range<usize> {
-        let s = self.start[i] as usize;
-        let len = std::mem::take(&mut self.len[i]) as usize;
+    /// Empty the list of `head`; returns where its items still lie in `data` (valid until that list grows again).
+    pub(super) fn take(head: &mut Head) -> std::ops::Range<usize> {
+        let s = head.start as usize;
+        let len = std::mem::take(&mut head.len) as usize;
         s..s + len
     }
 }

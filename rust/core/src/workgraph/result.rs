@@ -12,7 +12,7 @@ impl WorkGraph<'_> {
     /// The live nodes in written order: the loaded ones in their order, each added node after the one whose
     /// position it took (by sequence).
     fn written_order(&self) -> Vec<u32> {
-        let mut added: Vec<u32> = self.created.iter().copied().filter(|&i| self.alive[i as usize]).collect();
+        let mut added: Vec<u32> = self.created.iter().copied().filter(|&i| self.hot[i as usize].alive).collect();
         added.sort_unstable_by_key(|&i| self.order_key(i as usize));
         let mut order = Vec::with_capacity(self.live);
         let mut next = added.iter().peekable();
@@ -21,7 +21,7 @@ impl WorkGraph<'_> {
                 order.push(a);
                 next.next();
             }
-            if self.alive[i] {
+            if self.hot[i].alive {
                 order.push(i as u32);
             }
         }
@@ -35,7 +35,7 @@ impl WorkGraph<'_> {
     /// live, no cycle, every output a live node), with no id lookups.
     pub fn into_graph(self, registry: &Registry) -> Result<Graph, GraphError> {
         let mut order = self.written_order();
-        let mut position = vec![u32::MAX; self.alive.len()];
+        let mut position = vec![u32::MAX; self.hot.len()];
         for (p, &i) in order.iter().enumerate() {
             position[i as usize] = p as u32;
         }
@@ -59,11 +59,11 @@ impl WorkGraph<'_> {
                 position[i as usize] = p as u32;
             }
         }
-        let live_outputs: usize = order.iter().map(|&i| self.output_count[i as usize] as usize).sum();
+        let live_outputs: usize = order.iter().map(|&i| self.hot[i as usize].outputs as usize).sum();
         if live_outputs != self.outputs.len() {
             return Err(GraphError::new(GraphErrorKind::BadOutput, "a graph output was removed by a rewrite"));
         }
-        let created = || self.created.iter().filter(|&&i| self.alive[i as usize]).map(|&i| self.node(i as usize));
+        let created = || self.created.iter().filter(|&&i| self.hot[i as usize].alive).map(|&i| self.node(i as usize));
         for node in created() {
             check_node_fields(node)?;
         }
@@ -72,8 +72,8 @@ impl WorkGraph<'_> {
         let mut forwarded: Vec<(usize, Vec<NodeId>)> = self
             .forwarded
             .iter()
-            .filter(|&&i| self.alive[i as usize])
-            .map(|&i| (position[i as usize] as usize, self.inputs(i as usize).iter().map(|&j| self.node(j as usize).id).collect()))
+            .filter(|&&i| self.hot[i as usize].alive)
+            .map(|&i| (position[i as usize] as usize, self.inputs(i as usize).iter().map(|&j| self.id(j as usize)).collect()))
             .collect();
         forwarded.sort_unstable_by_key(|&(p, _)| p);
         forwarded.dedup_by_key(|&mut (p, _)| p);
@@ -101,7 +101,7 @@ impl WorkGraph<'_> {
 
     /// Kahn's algorithm over the live nodes, always taking the ready node earliest in `order`.
     fn topological(&self, order: &[u32], position: &[u32]) -> Result<Vec<u32>, GraphError> {
-        let mut pending: Vec<u32> = vec![0; self.alive.len()];
+        let mut pending: Vec<u32> = vec![0; self.hot.len()];
         let mut ready = BinaryHeap::new();
         for &i in order {
             pending[i as usize] = self.inputs(i as usize).len() as u32;
