@@ -136,6 +136,20 @@ impl<'a> Masking<'a> {
     }
 }
 
+/// What some models add to plain attention: a logit soft-cap (Gemma 2), a sliding window
+/// (Mistral, Gemma 2), a value head size other than the query/key one (DeepSeek's MLA).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AttentionVariant {
+    /// `s = c·tanh(s / c)` on `scale·q·kᵀ`, before the bias and the masks (`c > 0`).
+    pub softcap: Option<f32>,
+    /// Key `j` is also masked for query `i` when `j < i + Sk − Sq − window`; with `causal`, RLX's
+    /// `SlidingWindow` (each query sees itself and the `window` keys before it). Whole key blocks
+    /// outside every row's window are skipped: a long sequence costs `O(S·window)`.
+    pub window: Option<usize>,
+    /// The head size of V and of the output, when it differs from Q's and K's `head_dim`.
+    pub v_head_dim: Option<usize>,
+}
+
 /// Sizes of one attention call; K and V have `kv_heads` heads (dividing `num_heads`: grouped-query
 /// attention, each K/V head serving `num_heads / kv_heads` query heads).
 #[derive(Clone, Copy, Debug)]
@@ -151,14 +165,14 @@ pub(crate) struct AttnShape {
 /// Per-thread scratch of one work item.
 #[derive(Default)]
 struct ItemScratch {
-    /// The K/V head's keys `[k_pad, d]` and values `[k_pad, d_pad]`, zero-padded.
+    /// The K/V head's keys `[k_pad, d]` and values `[k_pad, dv_pad]`, zero-padded.
     kp: Vec<f32>,
     vp: Vec<f32>,
     /// The query block transposed and pre-scaled, `[d, QB]`.
     qt: Vec<f32>,
     /// Scores, then probabilities, of one key block, transposed: `[BK, QB]`.
     st: Vec<f32>,
-    /// Output accumulators `[QB, d_pad]`, and per row: running max, sum, rescale factor.
+    /// Output accumulators `[QB, dv_pad]`, and per row: running max, sum, rescale factor.
     acc: Vec<f32>,
     stats: Vec<f32>,
 }
@@ -167,16 +181,24 @@ thread_local! {
     static ITEM_SCRATCH: RefCell<ItemScratch> = RefCell::new(ItemScratch::default());
 }
 
-/// `out[b, s, h·d..] = softmax(mask(scale · q_h k_gᵀ + bias)) v_g` for every batch, query row and
-/// head `h`, with `g = h / (num_heads / kv_heads)` its K/V head.
+/// [`flash`] with no soft-cap, no window and V's head size `head_dim`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(isa: Isa, par: &Par, shape: AttnShape, q: RowsView<'_>, k: RowsView<'_>, v: RowsView<'_>, mask: &Masking<'_>, scale: f32, out: &mut [f32], out_row_stride: usize) {
+    flash(isa, par, shape, &AttentionVariant::default(), q, k, v, mask, scale, out, out_row_stride);
+}
+
+/// `out[b, s, h·dv..] = softmax(mask(softcap(scale · q_h k_gᵀ) + bias)) v_g` for every batch, query
+/// row and head `h`, with `g = h / (num_heads / kv_heads)` its K/V head and `dv` the variant's V
+/// head size (default `head_dim`).
 ///
 /// `out` holds `batch × seq_q` rows of stride `out_row_stride`; head `h` writes columns
-/// `[h·d, (h+1)·d)`. Panics (never reads out of bounds) if a view, the mask or the bias is too short.
+/// `[h·dv, (h+1)·dv)`. Panics (never reads out of bounds) if a view, the mask or the bias is too short.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn attention(
+pub(crate) fn flash(
     isa: Isa,
     par: &Par,
     shape: AttnShape,
+    variant: &AttentionVariant,
     q: RowsView<'_>,
     k: RowsView<'_>,
     v: RowsView<'_>,
@@ -186,14 +208,15 @@ pub(crate) fn attention(
     out_row_stride: usize,
 ) {
     let AttnShape { batch, seq_q, seq_k, num_heads, kv_heads, head_dim } = shape;
-    let width = num_heads * head_dim;
+    let dv = variant.v_head_dim.unwrap_or(head_dim);
+    let width = num_heads * dv;
     if batch == 0 || seq_q == 0 || width == 0 {
         return;
     }
     assert!(kv_heads > 0 && num_heads.is_multiple_of(kv_heads), "kv_heads must divide num_heads");
-    let kv_width = kv_heads * head_dim;
-    assert!(q.covers(batch, seq_q, width) && k.covers(batch, seq_k, kv_width) && v.covers(batch, seq_k, kv_width), "attention view out of bounds");
+    assert!(q.covers(batch, seq_q, num_heads * head_dim) && k.covers(batch, seq_k, kv_heads * head_dim) && v.covers(batch, seq_k, kv_heads * dv), "attention view out of bounds");
     assert!(out_row_stride >= width && out.len() >= (batch * seq_q - 1) * out_row_stride + width, "attention output too short");
+    assert!(variant.softcap.is_none_or(|c| c > 0.0), "the soft-cap must be positive");
     for t in [mask.keep, mask.bias].into_iter().flatten() {
         assert!(t.covers(batch, num_heads, seq_q, seq_k), "mask or bias too short");
     }
@@ -207,7 +230,7 @@ pub(crate) fn attention(
     let chunks = if par.parallel { (2 * par.threads).div_ceil(kv_total).clamp(1, units) } else { 1 };
     let n_items = kv_total * chunks;
     let out_ptr = SendPtr(out.as_mut_ptr());
-    let mask = *mask;
+    let (mask, variant) = (*mask, *variant);
     // Each thread on its own stretch of items, so neighbouring heads (whose output columns can
     // share a cache line) are not written by two threads at once.
     par.for_each_spread(n_items, |item| {
@@ -215,7 +238,7 @@ pub(crate) fn attention(
         let g = (item / chunks) % kv_heads;
         let b = item / (chunks * kv_heads);
         let (u0, u1) = (chunk * units / chunks, (chunk + 1) * units / chunks);
-        let job = Item { shape, b, g, u0, u1, q, k, v, mask, scale, out: out_ptr, out_row_stride };
+        let job = Item { shape, dv, variant, b, g, u0, u1, q, k, v, mask, scale, out: out_ptr, out_row_stride };
         ITEM_SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => job.run(isa, &mut scratch),
             Err(_) => job.run(isa, &mut ItemScratch::default()),
@@ -227,6 +250,9 @@ pub(crate) fn attention(
 #[derive(Clone, Copy)]
 struct Item<'a> {
     shape: AttnShape,
+    /// V's head size.
+    dv: usize,
+    variant: AttentionVariant,
     b: usize,
     g: usize,
     u0: usize,
@@ -242,8 +268,7 @@ struct Item<'a> {
 
 impl Item<'_> {
     fn run(&self, isa: Isa, scratch: &mut ItemScratch) {
-        let d = self.shape.head_dim;
-        let d_pad = d.div_ceil(16) * 16;
+        let (d, dv_pad) = (self.shape.head_dim, self.dv.div_ceil(16) * 16);
         let k_pad = self.shape.seq_k.div_ceil(BK) * BK;
         let grow = |buf: &mut Vec<f32>, len: usize| {
             if buf.len() < len {
@@ -251,10 +276,10 @@ impl Item<'_> {
             }
         };
         grow(&mut scratch.kp, k_pad * d);
-        grow(&mut scratch.vp, k_pad * d_pad);
+        grow(&mut scratch.vp, k_pad * dv_pad);
         grow(&mut scratch.qt, d * BQ);
         grow(&mut scratch.st, BK * BQ);
-        grow(&mut scratch.acc, BQ * d_pad);
+        grow(&mut scratch.acc, BQ * dv_pad);
         grow(&mut scratch.stats, 3 * BQ);
         let item = *self;
         let scratch: *mut ItemScratch = scratch;
@@ -268,17 +293,16 @@ impl Item<'_> {
     #[inline(always)]
     unsafe fn run_simd<S: Simd>(&self, sc: &mut ItemScratch) {
         let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
-        let d_pad = d.div_ceil(16) * 16;
+        let (dv, dv_pad) = (self.dv, self.dv.div_ceil(16) * 16);
         let k_pad = seq_k.div_ceil(BK) * BK;
-        let col = self.g * d;
-        let k_base = self.k.offset + self.b * self.k.batch_stride + col;
-        let v_base = self.v.offset + self.b * self.v.batch_stride + col;
+        let k_base = self.k.offset + self.b * self.k.batch_stride + self.g * d;
+        let v_base = self.v.offset + self.b * self.v.batch_stride + self.g * dv;
         for j in 0..k_pad {
-            let (kr, vr) = (&mut sc.kp[j * d..(j + 1) * d], &mut sc.vp[j * d_pad..(j + 1) * d_pad]);
+            let (kr, vr) = (&mut sc.kp[j * d..(j + 1) * d], &mut sc.vp[j * dv_pad..(j + 1) * dv_pad]);
             if j < seq_k {
                 kr.copy_from_slice(&self.k.data[k_base + j * self.k.row_stride..][..d]);
-                vr[..d].copy_from_slice(&self.v.data[v_base + j * self.v.row_stride..][..d]);
-                vr[d..].fill(0.0);
+                vr[..dv].copy_from_slice(&self.v.data[v_base + j * self.v.row_stride..][..dv]);
+                vr[dv..].fill(0.0);
             } else {
                 kr.fill(0.0);
                 vr.fill(0.0);
@@ -310,18 +334,21 @@ impl Item<'_> {
         }
     }
 
-    /// Rows `[q0, q0 + rows)` (`rows <= RV·LANES`) of query head `h` against every key block, then
-    /// normalized into `out`.
+    /// Rows `[q0, q0 + rows)` (`rows <= RV·LANES`) of query head `h` against the key blocks, then
+    /// normalized into `out`. The blocks some row sees come first; the rest (past the causal end,
+    /// before the window's start) only when they could change a row (see `rest_is_masked_out`).
     #[inline(always)]
     unsafe fn query_block<S: Simd, const RV: usize>(&self, sc: &mut ItemScratch, h: usize, q0: usize, rows: usize) {
         let AttnShape { seq_q, seq_k, head_dim: d, .. } = self.shape;
         let lanes = S::LANES;
         let qb = RV * lanes;
-        let d_vecs = d.div_ceil(lanes);
-        let d_pad = d.div_ceil(16) * 16;
-        // Qᵀ, pre-scaled. The scores stay in natural units until `score − max` (an additive mask of
-        // float32's lowest value, as Hugging Face models use, times log2 e would overflow to −inf).
-        let qscale = self.scale;
+        let dv = self.dv;
+        let dv_vecs = dv.div_ceil(lanes);
+        let dv_pad = dv.div_ceil(16) * 16;
+        // Qᵀ, pre-scaled (by scale / cap with a soft-cap, so the tile holds `s / cap`). The scores
+        // stay in natural units until `score − max` (an additive mask of float32's lowest value, as
+        // Hugging Face models use, times log2 e would overflow to −inf).
+        let qscale = self.variant.softcap.map_or(self.scale, |c| self.scale / c);
         let q_base = self.q.offset + self.b * self.q.batch_stride + q0 * self.q.row_stride + h * d;
         for r in 0..qb {
             if r < rows {
@@ -335,18 +362,13 @@ impl Item<'_> {
                 }
             }
         }
-        sc.acc[..rows * d_pad].fill(0.0);
+        sc.acc[..rows * dv_pad].fill(0.0);
         let (neg_inf, log2e) = (S::splat(f32::NEG_INFINITY), S::splat(std::f32::consts::LOG2_E));
         let mut m = [neg_inf; RV];
         let mut l = [S::zero(); RV];
         let (qt, st, kp, vp, acc) = (sc.qt.as_ptr(), sc.st.as_mut_ptr(), sc.kp.as_ptr(), sc.vp.as_ptr(), sc.acc.as_mut_ptr());
         let (m_arr, l_arr, alpha_arr) = (sc.stats.as_mut_ptr(), sc.stats.as_mut_ptr().add(BQ), sc.stats.as_mut_ptr().add(2 * BQ));
-        // Causal: keys from `visible_end` on are masked for every row of this block.
-        let visible_end = if self.mask.causal { (q0 + rows + seq_k).saturating_sub(seq_q).min(seq_k) } else { seq_k };
-        for k0 in (0..seq_k).step_by(BK) {
-            if k0 >= visible_end && self.rest_is_masked_out::<S, RV>(&m) {
-                break;
-            }
+        let key_block = |k0: usize, m: &mut [S::V; RV], l: &mut [S::V; RV]| {
             let nk = BK.min(seq_k - k0);
             let mut j = 0;
             while j < nk {
@@ -387,13 +409,27 @@ impl Item<'_> {
             for r in 0..rows {
                 let a = *alpha_arr.add(r);
                 if a != 1.0 {
-                    let (av, ap) = (S::splat(a), acc.add(r * d_pad));
-                    for c in 0..d_vecs {
+                    let (av, ap) = (S::splat(a), acc.add(r * dv_pad));
+                    for c in 0..dv_vecs {
                         S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), av));
                     }
                 }
             }
-            pv_block::<S>(st, qb, vp.add(k0 * d_pad), d_pad, nk, rows, d_vecs, acc, d_pad);
+            pv_block::<S>(st, qb, vp.add(k0 * dv_pad), dv_pad, nk, rows, dv_vecs, acc, dv_pad);
+        };
+        // Keys `[lo, hi)` hold every key some row of the block sees: causal hides the keys from
+        // `hi` on, the window those before `lo` (the first row's window start), for every row.
+        let shift = seq_k as isize - seq_q as isize;
+        let hi = if self.mask.causal { (q0 as isize + rows as isize + shift).clamp(0, seq_k as isize) as usize } else { seq_k };
+        let lo = self.variant.window.map_or(0, |w| (q0 as isize + shift - w as isize).clamp(0, seq_k as isize) as usize);
+        let (first, past) = (lo / BK * BK, hi.div_ceil(BK) * BK);
+        for k0 in (first..hi).step_by(BK) {
+            key_block(k0, &mut m, &mut l);
+        }
+        if !self.rest_is_masked_out::<S, RV>(&m) {
+            for k0 in (0..first).step_by(BK).chain((past..seq_k).step_by(BK)) {
+                key_block(k0, &mut m, &mut l);
+            }
         }
         // Normalize and write out; a row with no score above −inf is zero when asked (its sum is
         // 0, so it would be NaN, as numpy's softmax gives).
@@ -401,15 +437,15 @@ impl Item<'_> {
             S::store(m_arr.add(c * lanes), m[c]);
             S::store(l_arr.add(c * lanes), l[c]);
         }
-        let col = h * d;
+        let col = h * dv;
         for r in 0..rows {
             let zero_row = self.mask.masked_rows == MaskedRows::Zero && *m_arr.add(r) == f32::NEG_INFINITY;
             let inv = if zero_row { S::zero() } else { S::splat(1.0 / *l_arr.add(r)) };
-            let ap = acc.add(r * d_pad);
+            let ap = acc.add(r * dv_pad);
             let op = self.out.add((self.b * seq_q + q0 + r) * self.out_row_stride + col);
-            for c in 0..d_vecs {
+            for c in 0..dv_vecs {
                 let x = S::mul(S::load(ap.add(c * lanes)), inv);
-                let n = d - c * lanes;
+                let n = dv - c * lanes;
                 if n >= lanes {
                     S::store(op.add(c * lanes), x);
                 } else {
@@ -419,9 +455,10 @@ impl Item<'_> {
         }
     }
 
-    /// Bias, keep masks and the causal mask on the transposed scores `st[j][r]` of keys
-    /// `[k0, k0 + nk)` and rows `[q0, q0 + rows)`: `s += bias`, then the masked score where a
-    /// key is hidden. Rows past `rows` (padding lanes) get the per-key and causal masks only.
+    /// Soft-cap, bias, keep masks, the causal mask and the window on the transposed scores
+    /// `st[j][r]` of keys `[k0, k0 + nk)` and rows `[q0, q0 + rows)`: `s = cap·tanh(s)` (the tile
+    /// holds `s / cap`), `s += bias`, then the masked score where a key is hidden. Rows past `rows`
+    /// (padding lanes) get the per-key and causal masks only.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn mask_block<S: Simd, const RV: usize>(&self, st: *mut f32, h: usize, q0: usize, rows: usize, k0: usize, nk: usize) {
@@ -429,6 +466,15 @@ impl Item<'_> {
         let (lanes, qb) = (S::LANES, RV * S::LANES);
         let Masking { bias, causal, masked_rows, .. } = self.mask;
         let masked = masked_rows.masked_score();
+        if let Some(cap) = self.variant.softcap {
+            let cv = S::splat(cap);
+            for j in 0..nk {
+                for c in 0..RV {
+                    let sp = st.add(j * qb + c * lanes);
+                    S::store(sp, S::mul(cv, S::tanh(S::load(sp))));
+                }
+            }
+        }
         if let Some(t) = bias {
             for r in 0..rows {
                 let bp = t.at(self.b, h, q0 + r, k0);
@@ -469,6 +515,23 @@ impl Item<'_> {
                 for c in 0..RV {
                     let sp = st.add(j * qb + c * lanes);
                     S::store(sp, S::select_lt(row_index::<S>(c), fv, mv, S::load(sp)));
+                }
+            }
+        }
+        // Key k0 + j is before row r's window when k0 + j < q0 + r + seq_k − seq_q − window,
+        // i.e. r >= last; padding lanes keep their scores (they must not end up all masked).
+        if let Some(w) = self.variant.window {
+            let (mv, rv) = (S::splat(masked), S::splat(rows as f32));
+            for j in 0..nk {
+                let last = (k0 + j + seq_q + w) as isize + 1 - (q0 + seq_k) as isize;
+                if last >= rows as isize {
+                    continue;
+                }
+                let lv = S::splat(last.max(0) as f32);
+                for c in 0..RV {
+                    let (sp, idx) = (st.add(j * qb + c * lanes), row_index::<S>(c));
+                    let s = S::load(sp);
+                    S::store(sp, S::select_lt(idx, lv, s, S::select_lt(idx, rv, mv, s)));
                 }
             }
         }
