@@ -363,60 +363,11 @@ impl Item<'_> {
             }
         }
         sc.acc[..rows * dv_pad].fill(0.0);
-        let (neg_inf, log2e) = (S::splat(f32::NEG_INFINITY), S::splat(std::f32::consts::LOG2_E));
+        let neg_inf = S::splat(f32::NEG_INFINITY);
         let mut m = [neg_inf; RV];
         let mut l = [S::zero(); RV];
-        let (qt, st, kp, vp, acc) = (sc.qt.as_ptr(), sc.st.as_mut_ptr(), sc.kp.as_ptr(), sc.vp.as_ptr(), sc.acc.as_mut_ptr());
-        let (m_arr, l_arr, alpha_arr) = (sc.stats.as_mut_ptr(), sc.stats.as_mut_ptr().add(BQ), sc.stats.as_mut_ptr().add(2 * BQ));
-        let key_block = |k0: usize, m: &mut [S::V; RV], l: &mut [S::V; RV]| {
-            let nk = BK.min(seq_k - k0);
-            let mut j = 0;
-            while j < nk {
-                qk_tile::<S, KT, RV>(qt, qb, kp.add((k0 + j) * d), d, st.add(j * qb), qb);
-                j += KT;
-            }
-            self.mask_block::<S, RV>(st, h, q0, rows, k0, nk);
-            // Online softmax, lane-wise over the rows: block max, new running max (a row with
-            // nothing above −inf yet subtracts 0, so its exps are 0, not NaN), probabilities.
-            let mut bm = [neg_inf; RV];
-            for j in 0..nk {
-                for (c, x) in bm.iter_mut().enumerate() {
-                    *x = S::max(*x, S::load(st.add(j * qb + c * lanes)));
-                }
-            }
-            let mut m_use = [S::zero(); RV];
-            let mut alpha = [S::zero(); RV];
-            for c in 0..RV {
-                let m_new = S::max(m[c], bm[c]);
-                m_use[c] = S::select_lt(m_new, S::splat(f32::MIN), S::zero(), m_new);
-                alpha[c] = S::exp(S::sub(m[c], m_use[c]));
-                m[c] = m_new;
-            }
-            let mut ls = [S::zero(); RV];
-            for j in 0..nk {
-                for c in 0..RV {
-                    let sp = st.add(j * qb + c * lanes);
-                    let p = exp2_neg::<S>(S::mul(S::sub(S::load(sp), m_use[c]), log2e));
-                    S::store(sp, p);
-                    ls[c] = S::add(ls[c], p);
-                }
-            }
-            for c in 0..RV {
-                l[c] = S::fmadd(l[c], alpha[c], ls[c]);
-                S::store(alpha_arr.add(c * lanes), alpha[c]);
-            }
-            // Rows whose max moved: rescale their accumulators (skipped where alpha is exactly 1).
-            for r in 0..rows {
-                let a = *alpha_arr.add(r);
-                if a != 1.0 {
-                    let (av, ap) = (S::splat(a), acc.add(r * dv_pad));
-                    for c in 0..dv_vecs {
-                        S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), av));
-                    }
-                }
-            }
-            pv_block::<S>(st, qb, vp.add(k0 * dv_pad), dv_pad, nk, rows, dv_vecs, acc, dv_pad);
-        };
+        let t = Tiles { qt: sc.qt.as_ptr(), st: sc.st.as_mut_ptr(), kp: sc.kp.as_ptr(), vp: sc.vp.as_ptr(), acc: sc.acc.as_mut_ptr(), alpha: sc.stats.as_mut_ptr().add(2 * BQ) };
+        let (m_arr, l_arr, acc) = (sc.stats.as_mut_ptr(), sc.stats.as_mut_ptr().add(BQ), t.acc);
         // Keys `[lo, hi)` hold every key some row of the block sees: causal hides the keys from
         // `hi` on, the window those before `lo` (the first row's window start), for every row.
         let shift = seq_k as isize - seq_q as isize;
@@ -424,11 +375,11 @@ impl Item<'_> {
         let lo = self.variant.window.map_or(0, |w| (q0 as isize + shift - w as isize).clamp(0, seq_k as isize) as usize);
         let (first, past) = (lo / BK * BK, hi.div_ceil(BK) * BK);
         for k0 in (first..hi).step_by(BK) {
-            key_block(k0, &mut m, &mut l);
+            self.key_block::<S, RV>(t, h, q0, rows, k0, &mut m, &mut l);
         }
         if !self.rest_is_masked_out::<S, RV>(&m) {
             for k0 in (0..first).step_by(BK).chain((past..seq_k).step_by(BK)) {
-                key_block(k0, &mut m, &mut l);
+                self.key_block::<S, RV>(t, h, q0, rows, k0, &mut m, &mut l);
             }
         }
         // Normalize and write out; a row with no score above −inf is zero when asked (its sum is
@@ -453,6 +404,66 @@ impl Item<'_> {
                 }
             }
         }
+    }
+
+    /// Keys `[k0, k0 + BK)` (fewer at the end) for the block's rows: scores, masks, the online
+    /// softmax update of the running max `m` and sum `l`, and `P·V` into the accumulators.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn key_block<S: Simd, const RV: usize>(&self, t: Tiles, h: usize, q0: usize, rows: usize, k0: usize, m: &mut [S::V; RV], l: &mut [S::V; RV]) {
+        let (d, lanes) = (self.shape.head_dim, S::LANES);
+        let qb = RV * lanes;
+        let (dv_vecs, dv_pad) = (self.dv.div_ceil(lanes), self.dv.div_ceil(16) * 16);
+        let (neg_inf, log2e) = (S::splat(f32::NEG_INFINITY), S::splat(std::f32::consts::LOG2_E));
+        let Tiles { qt, st, kp, vp, acc, alpha: alpha_arr } = t;
+        let seq_k = self.shape.seq_k;
+        let nk = BK.min(seq_k - k0);
+        let mut j = 0;
+        while j < nk {
+            qk_tile::<S, KT, RV>(qt, qb, kp.add((k0 + j) * d), d, st.add(j * qb), qb);
+            j += KT;
+        }
+        self.mask_block::<S, RV>(st, h, q0, rows, k0, nk);
+        // Online softmax, lane-wise over the rows: block max, new running max (a row with
+        // nothing above −inf yet subtracts 0, so its exps are 0, not NaN), probabilities.
+        let mut bm = [neg_inf; RV];
+        for j in 0..nk {
+            for (c, x) in bm.iter_mut().enumerate() {
+                *x = S::max(*x, S::load(st.add(j * qb + c * lanes)));
+            }
+        }
+        let mut m_use = [S::zero(); RV];
+        let mut alpha = [S::zero(); RV];
+        for c in 0..RV {
+            let m_new = S::max(m[c], bm[c]);
+            m_use[c] = S::select_lt(m_new, S::splat(f32::MIN), S::zero(), m_new);
+            alpha[c] = S::exp(S::sub(m[c], m_use[c]));
+            m[c] = m_new;
+        }
+        let mut ls = [S::zero(); RV];
+        for j in 0..nk {
+            for c in 0..RV {
+                let sp = st.add(j * qb + c * lanes);
+                let p = exp2_neg::<S>(S::mul(S::sub(S::load(sp), m_use[c]), log2e));
+                S::store(sp, p);
+                ls[c] = S::add(ls[c], p);
+            }
+        }
+        for c in 0..RV {
+            l[c] = S::fmadd(l[c], alpha[c], ls[c]);
+            S::store(alpha_arr.add(c * lanes), alpha[c]);
+        }
+        // Rows whose max moved: rescale their accumulators (skipped where alpha is exactly 1).
+        for r in 0..rows {
+            let a = *alpha_arr.add(r);
+            if a != 1.0 {
+                let (av, ap) = (S::splat(a), acc.add(r * dv_pad));
+                for c in 0..dv_vecs {
+                    S::store(ap.add(c * lanes), S::mul(S::load(ap.add(c * lanes)), av));
+                }
+            }
+        }
+        pv_block::<S>(st, qb, vp.add(k0 * dv_pad), dv_pad, nk, rows, dv_vecs, acc, dv_pad);
     }
 
     /// Soft-cap, bias, keep masks, the causal mask and the window on the transposed scores
@@ -552,6 +563,18 @@ impl Item<'_> {
             }
         }
     }
+}
+
+/// Scratch pointers of one query block: `Qᵀ`, the score tile, packed K and V, the accumulators,
+/// and the per-row rescale factors.
+#[derive(Clone, Copy)]
+struct Tiles {
+    qt: *const f32,
+    st: *mut f32,
+    kp: *const f32,
+    vp: *const f32,
+    acc: *mut f32,
+    alpha: *mut f32,
 }
 
 /// Lane `i` of vector `c` holds the row index `c·LANES + i`, as a float.
