@@ -25,6 +25,9 @@ const BQ: usize = 64;
 const BK: usize = 32;
 /// Keys per score micro-kernel tile (`KT × ATTN_VECS` accumulators).
 const KT: usize = 4;
+/// How far (natural units) a block's max may exceed a row's running max before the row is
+/// rescaled: its probabilities stay below e^8 (`exp2_neg` is exact up to 2^126).
+const MAX_SLACK: f32 = 8.0;
 /// Score given to a masked key, as in RLX: a fully masked row comes out uniform, not NaN.
 pub const MASKED_SCORE: f32 = -1.0e9;
 
@@ -350,16 +353,18 @@ impl Item<'_> {
         // Hugging Face models use, times log2 e would overflow to −inf).
         let qscale = self.variant.softcap.map_or(self.scale, |c| self.scale / c);
         let q_base = self.q.offset + self.b * self.q.batch_stride + q0 * self.q.row_stride + h * d;
-        for r in 0..qb {
-            if r < rows {
-                let qrow = &self.q.data[q_base + r * self.q.row_stride..][..d];
-                for (dd, &x) in qrow.iter().enumerate() {
-                    sc.qt[dd * qb + r] = x * qscale;
-                }
-            } else {
-                for dd in 0..d {
-                    sc.qt[dd * qb + r] = 0.0;
-                }
+        // Column by column: the stores run along `Qᵀ`'s rows and the loads over at most 64 rows
+        // of q (L1-resident after the first column), where row by row each scalar store went to
+        // another line of `Qᵀ` and each load waited on a new row of q (11 % of a call at S = 512).
+        // In bounds: the views were checked to cover every row at entry.
+        let (qp, qs, qtp) = (self.q.data.as_ptr().add(q_base), self.q.row_stride, sc.qt.as_mut_ptr());
+        for dd in 0..d {
+            let col = qtp.add(dd * qb);
+            for r in 0..rows {
+                *col.add(r) = *qp.add(r * qs + dd) * qscale;
+            }
+            for r in rows..qb {
+                *col.add(r) = 0.0;
             }
         }
         sc.acc[..rows * dv_pad].fill(0.0);
@@ -432,12 +437,18 @@ impl Item<'_> {
                 *x = S::max(*x, S::load(st.add(j * qb + c * lanes)));
             }
         }
+        // Lazy rescaling: a row's running max moves only when the block's exceeds it by more than
+        // `MAX_SLACK` (its probabilities are then at most e^8, far inside float32, and the sum and
+        // accumulators scale alike), so after the first blocks almost no row needs a rescale.
         let mut m_use = [S::zero(); RV];
         let mut alpha = [S::zero(); RV];
+        let mut lowest_alpha = S::splat(1.0);
         for c in 0..RV {
-            let m_new = S::max(m[c], bm[c]);
+            let m_top = S::max(m[c], bm[c]);
+            let m_new = S::select_lt(S::add(m[c], S::splat(MAX_SLACK)), m_top, m_top, m[c]);
             m_use[c] = S::select_lt(m_new, S::splat(f32::MIN), S::zero(), m_new);
             alpha[c] = S::exp(S::sub(m[c], m_use[c]));
+            lowest_alpha = S::min(lowest_alpha, alpha[c]);
             m[c] = m_new;
         }
         let mut ls = [S::zero(); RV];
@@ -453,8 +464,10 @@ impl Item<'_> {
             l[c] = S::fmadd(l[c], alpha[c], ls[c]);
             S::store(alpha_arr.add(c * lanes), alpha[c]);
         }
-        // Rows whose max moved: rescale their accumulators (skipped where alpha is exactly 1).
-        for r in 0..rows {
+        // Rows whose max moved: rescale their accumulators (skipped where alpha is exactly 1, and
+        // altogether when it is for every row).
+        let any_moved = S::hmax(S::sub(S::zero(), lowest_alpha)) > -1.0;
+        for r in (0..rows).filter(|_| any_moved) {
             let a = *alpha_arr.add(r);
             if a != 1.0 {
                 let (av, ap) = (S::splat(a), acc.add(r * dv_pad));

@@ -237,13 +237,14 @@ fn kernels_simd_tanh_is_accurate_on_every_path() {
     }
 }
 
-/// The softmax's base-2 `exp` on every path: relative error below 3e-7 down to −126, exactly 1 at
-/// 0, exactly 0 below −127 and at −inf, NaN kept.
+/// The softmax's base-2 `exp` on every path: relative error below 3e-7 from −126 to 12 (the lazy
+/// running max lets `s − max` reach `8·log2 e`), exactly 1 at 0, exactly 0 below −127 and at −inf,
+/// NaN kept.
 #[test]
 fn kernels_exp2_neg_is_accurate_on_every_path() {
     use super::attention_tile::exp2_neg;
     use super::simd::dispatch;
-    let xs: Vec<f32> = (0..26_000).map(|i| -130.0 + i as f32 * 0.005).chain([0.0, -0.0, -1e-7, -126.0, f32::NEG_INFINITY, f32::NAN]).collect();
+    let xs: Vec<f32> = (0..28_400).map(|i| -130.0 + i as f32 * 0.005).chain([0.0, -0.0, -1e-7, -126.0, f32::NEG_INFINITY, f32::NAN]).collect();
     for isa in Isa::available() {
         let mut got = vec![0.0f32; xs.len()];
         let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
