@@ -18,11 +18,11 @@ use std::cell::RefCell;
 
 /// Query rows per work unit (each unit runs in blocks of `ATTN_VECS` vectors of rows, at most 64).
 const BQ: usize = 64;
-/// Keys per block: the transposed score tile of a block is `BK × 64` floats (8 KiB), and the block's
-/// values, tile and the 64 rows' accumulators fit L1 together (32-key blocks with 6-row `P·V` tiles
-/// ran 1.05-1.13x faster than 64-key blocks with 4-row tiles: 12×64, S = 512, one thread, two
-/// alternating probe runs).
-const BK: usize = 32;
+/// Keys per block: the transposed score tile of a block is `BK × 64` floats (16 KiB). With lazy
+/// rescaling, 64-key blocks ran 0.94-1.00x the time of 32-key ones (median 0.97; 12×64, S = 512,
+/// one thread, five alternating runs on a loaded machine; causal S = 2048: 0.99); before it,
+/// 32-key blocks with 6-row `P·V` tiles had beaten 64-key blocks with 4-row tiles by 1.05-1.13x.
+const BK: usize = 64;
 /// Keys per score micro-kernel tile (`KT × ATTN_VECS` accumulators).
 const KT: usize = 4;
 /// How far (natural units) a block's max may exceed a row's running max before the row is
