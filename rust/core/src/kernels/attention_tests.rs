@@ -210,22 +210,41 @@ fn kernels_attention_variant_rejects_bad_arguments() {
     assert!(run(&wide, &[0.5; 18], &mut [0.0; 24], Some(Rope::neox(&cos, &sin, 4))).unwrap_err().0.contains("rope"));
 }
 
+/// A vector function under test.
+#[derive(Clone, Copy)]
+enum VecFn {
+    Tanh,
+    Exp2Neg,
+}
+
+/// `f` of every element of `xs`, computed on SIMD path `isa` (a partial vector at the end).
+fn on_path(isa: Isa, f: VecFn, xs: &[f32]) -> Vec<f32> {
+    use super::attention_tile::exp2_neg;
+    use super::simd::dispatch;
+    let mut got = vec![0.0f32; xs.len()];
+    let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
+    dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize, f: VecFn) {
+        let mut i = 0;
+        while i < n {
+            let m = S::LANES.min(n - i);
+            let x = S::load_partial(xp.add(i), m);
+            let y = match f {
+                VecFn::Tanh => S::tanh(x),
+                VecFn::Exp2Neg => exp2_neg::<S>(x),
+            };
+            S::store_partial(gp.add(i), y, m);
+            i += m;
+        }
+    });
+    got
+}
+
 /// `tanh` on every path: relative error below 1e-6 (absolute near 0), odd, ±1 far out, NaN kept.
 #[test]
 fn kernels_simd_tanh_is_accurate_on_every_path() {
-    use super::simd::dispatch;
     let xs: Vec<f32> = (0..24_000).map(|i| -12.0 + i as f32 * 0.001).chain([0.0, -0.0, 1e-30, -3e-8, 0.25, -0.25, 50.0, -1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]).collect();
     for isa in Isa::available() {
-        let mut got = vec![0.0f32; xs.len()];
-        let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
-        dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize) {
-            let mut i = 0;
-            while i < n {
-                let m = S::LANES.min(n - i);
-                S::store_partial(gp.add(i), S::tanh(S::load_partial(xp.add(i), m)), m);
-                i += m;
-            }
-        });
+        let got = on_path(isa, VecFn::Tanh, &xs);
         for (&x, &g) in xs.iter().zip(&got) {
             if x.is_nan() {
                 assert!(g.is_nan(), "{isa}: tanh(NaN) = {g}");
@@ -242,20 +261,9 @@ fn kernels_simd_tanh_is_accurate_on_every_path() {
 /// NaN kept.
 #[test]
 fn kernels_exp2_neg_is_accurate_on_every_path() {
-    use super::attention_tile::exp2_neg;
-    use super::simd::dispatch;
     let xs: Vec<f32> = (0..28_400).map(|i| -130.0 + i as f32 * 0.005).chain([0.0, -0.0, -1e-7, -126.0, f32::NEG_INFINITY, f32::NAN]).collect();
     for isa in Isa::available() {
-        let mut got = vec![0.0f32; xs.len()];
-        let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
-        dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize) {
-            let mut i = 0;
-            while i < n {
-                let m = S::LANES.min(n - i);
-                S::store_partial(gp.add(i), exp2_neg::<S>(S::load_partial(xp.add(i), m)), m);
-                i += m;
-            }
-        });
+        let got = on_path(isa, VecFn::Exp2Neg, &xs);
         for (&x, &g) in xs.iter().zip(&got) {
             let want = (x as f64).exp2();
             if x.is_nan() {
