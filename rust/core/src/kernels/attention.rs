@@ -8,7 +8,7 @@
 //! row vectors, the query block transposed and pre-scaled), applies the masks,
 //! updates every row's running max and sum lane-wise (online softmax with a base-2 `exp`), and adds
 //! `P·V` into row-major accumulators; finally it divides by the sum (attention_tile.rs holds the
-//! micro-kernels). Nothing is `S × S`.
+//! micro-kernels, attention_mask.rs the masks). Nothing is `S × S`.
 
 use super::attention_tile::{exp2_neg, pv_block, qk_tile};
 use super::gemm::SendPtr;
