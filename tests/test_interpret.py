@@ -564,13 +564,18 @@ def test_attention_kernel_agrees_with_numpy_and_falls_back_when_ineligible(kind)
     ids = [b.input(f"x{i}", a.shape) for i, a in enumerate(arrays)]
     out = b.add("Attention", *ids, **attn_attrs(2, 4, kind))
     soft = b.add("Attention", *ids, **{**attn_attrs(2, 4, kind), "attn_logit_softcap": 5.0})
-    graph = b.graph(out, soft)
+    # a negative cap means the same in numpy (c·tanh(s/c) is even in c); the kernel takes positive ones only
+    negative = b.add("Attention", *ids, **{**attn_attrs(2, 4, kind), "attn_logit_softcap": -5.0})
+    graph = b.graph(out, soft, negative)
     feeds = {f"x{i}": a for i, a in enumerate(arrays)}
     it = Interpreter(graph, backend="kernels")
     got = it.run(feeds, {})
-    assert it.kernel_nodes == [out]  # the soft-capped node has no kernel: numpy ran it
+    assert it.kernel_nodes == [out, soft]  # the negative cap has no kernel: numpy ran it
+    assert "softcap must be finite and positive" in it.kernel_fallbacks[negative]
+    want = run(graph, feeds, {})
     np.testing.assert_allclose(got[0], ref_attention(q, k, v, 2, kind, mask), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(got[1], run(graph, feeds, {})[1], rtol=1e-13)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-13)
 
 
 # ── parameters: npz next to the graph, inline constants ────────────────────────

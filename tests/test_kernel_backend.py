@@ -85,13 +85,38 @@ VARIANTS = {
     "layout-bshd": ((BATCH, 5, HEADS, D), (BATCH, 5, 2, D), "Causal", None, {}),
     "layout-bhsd": ((BATCH, HEADS, 5, D), (BATCH, HEADS, 6, D), "None", None, {}),
     "rank-2": ((5, H), (6, H), "Causal", None, {}),
+    "softcap": ((BATCH, 5, H), (BATCH, 5, H), "None", None, {"attn_logit_softcap": 1.5}),
+    "softcap-bias": ((BATCH, 4, H), (BATCH, 6, H), "Bias", bias_tensor(4, 6), {"attn_logit_softcap": 2.0}),
+    "softcap-keep-zero": ((BATCH, 5, H), (BATCH, 5, H), "Custom", causal_and_padding(5, 5),
+                          {"attn_logit_softcap": 0.7, "masked_rows": "zero"}),
+    "sliding-window": ((BATCH, 7, H), (BATCH, 7, H), "SlidingWindow", None, {"window": 2}),
+    "sliding-window-kv-cache": ((BATCH, 3, H), (BATCH, 9, H), "SlidingWindow", None, {"window": 3}),
+    "sliding-window-0-zero": ((BATCH, 5, H), (BATCH, 5, H), "SlidingWindow", None,
+                              {"window": 0, "masked_rows": "zero"}),
+    "sliding-window-long": ((BATCH, 150, H), (BATCH, 150, KV), "SlidingWindow", None, {"window": 20}),
+    "sliding-window-wider-than-s": ((BATCH, 5, H), (BATCH, 5, H), "SlidingWindow", None, {"window": 9}),
+    "v-head-dim-wider": ((BATCH, 5, H), (BATCH, 6, H), "None", None, {"v_head_dim": 2 * D}),
+    "v-head-dim-narrower-gqa": ((BATCH, 5, H), (BATCH, 5, KV), "Causal", None, {"v_head_dim": D // 2}),
+    "v-head-dim-bhsd": ((BATCH, HEADS, 5, D), (BATCH, HEADS, 6, D), "None", None, {"v_head_dim": 3}),
+    "gemma2-like": ((BATCH, 6, H), (BATCH, 6, KV), "SlidingWindow", None,  # all three at once
+                    {"window": 3, "attn_logit_softcap": 2.0, "v_head_dim": 12}),
 }
+
+
+def v_shape(kv_shape: tuple, extra: dict) -> tuple:
+    """V's shape: K's, with heads of `v_head_dim` when the node has one."""
+    vd = extra.get("v_head_dim")
+    if vd is None:
+        return kv_shape
+    if len(kv_shape) == 4:  # [B, H, S, D]
+        return (*kv_shape[:3], vd)
+    return (*kv_shape[:-1], kv_shape[-1] // D * vd)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_attention_variant_runs_in_rust_and_matches_numpy(name):
     q_shape, kv_shape, kind, mask, extra = VARIANTS[name]
-    arrays = {"q": rand(*q_shape), "k": rand(*kv_shape), "v": rand(*kv_shape)}
+    arrays = {"q": rand(*q_shape), "k": rand(*kv_shape), "v": rand(*v_shape(kv_shape, extra))}
     if mask is not None:
         arrays["mask"] = mask
     graph, out = attention_graph(arrays, kind, **extra)
@@ -100,9 +125,8 @@ def test_every_attention_variant_runs_in_rust_and_matches_numpy(name):
 
 
 FALLBACKS = {  # what the kernel cannot do: numpy runs the node, and says why
-    "softcap": ("None", None, {"attn_logit_softcap": 5.0}, "soft-cap"),
-    "sliding-window": ("SlidingWindow", None, {"window": 2}, "sliding window"),
-    "v-head-dim": ("None", None, {"v_head_dim": 2 * D}, "v_head_dim"),
+    "sliding-window-negative": ("SlidingWindow", None, {"window": -1}, "window must be >= 0"),
+    "softcap-zero": ("None", None, {"attn_logit_softcap": 0.0}, "softcap must be finite and positive"),
     "mask-last-dim-broadcast": ("Custom", np.array([[1.0], [1.0]]), {}, "kernel refused"),
     "bias-swamps-a-row": ("Bias", np.array([[0.0] * 5, [-1e9] * 5]), {}, "float32 loses the scores"),
     "bias-beyond-float32": ("Bias", np.array([[0.0] * 5, [-6.8e38] * 5]), {}, "below float32's range"),
@@ -112,8 +136,7 @@ FALLBACKS = {  # what the kernel cannot do: numpy runs the node, and says why
 @pytest.mark.parametrize("name", FALLBACKS)
 def test_what_the_kernel_cannot_do_falls_back_to_numpy_visibly(name):
     kind, mask, extra, reason = FALLBACKS[name]
-    v_width = 2 * H if "v_head_dim" in extra else H
-    arrays = {"q": rand(BATCH, 5, H), "k": rand(BATCH, 5, H), "v": rand(BATCH, 5, v_width)}
+    arrays = {"q": rand(BATCH, 5, H), "k": rand(BATCH, 5, H), "v": rand(BATCH, 5, H)}
     if mask is not None:
         arrays["mask"] = mask
     graph, out = attention_graph(arrays, kind, **extra)

@@ -1,4 +1,4 @@
-"""Every attention the rules produce, through rlx_rules.attention and the fused block, against the float64 reference on every SIMD path: keep masks of every rank, additive bias, causal (Sq != Sk too), both fully-masked-row semantics, GQA/MQA, full and partial RoPE; plus the interpreter's semantics and argument errors (misaligned arrays included)."""
+"""Every attention the rules produce, through rlx_rules.attention and the fused block, against the float64 reference on every SIMD path: keep masks of every rank, additive bias, causal (Sq != Sk too), both fully-masked-row semantics, GQA/MQA, full and partial RoPE, logit soft-cap, sliding window, V heads of their own size; plus the interpreter's semantics and argument errors (misaligned arrays included)."""
 
 from __future__ import annotations
 
@@ -162,6 +162,38 @@ def test_matches_the_interpreter_attention_op(case, masked_rows):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
+# name: (Sq, Sk, kv heads, RLX mask kind, window, soft-cap, v_head_dim)
+VARIANTS = {
+    "softcap": (9, 9, 4, "None", None, 1.2, None),
+    "softcap-causal-gqa": (7, 12, 2, "Causal", None, 0.5, None),
+    "window": (140, 140, 4, "SlidingWindow", 6, None, None),
+    "window-0": (9, 9, 4, "SlidingWindow", 0, None, None),
+    "window-kv-cache-mqa": (3, 100, 1, "SlidingWindow", 40, None, None),
+    "window-more-queries": (11, 5, 4, "SlidingWindow", 2, None, None),
+    "v-wider": (9, 13, 4, "None", None, None, 20),
+    "v-narrower-gqa": (70, 70, 2, "Causal", None, None, 3),
+    "all-three": (66, 66, 2, "SlidingWindow", 9, 2.0, 12),
+}
+
+
+@pytest.mark.parametrize("masked_rows", ["uniform", "zero"])
+@pytest.mark.parametrize("case", VARIANTS)
+def test_variants_match_the_interpreter_attention_op(simd, case, masked_rows):
+    sq, sk, kv, kind, window, cap, vd = VARIANTS[case]
+    rng = np.random.default_rng(len(case) + sq)
+    b, nh, d = 2, 4, 8
+    q, k, _ = qkv(rng, b, sq, sk, nh, d, kv)
+    q *= 2.0  # scores of a few units: the soft-caps bite
+    v = rng.standard_normal((b, sk, kv * (vd or d)), dtype=np.float32)
+    want = interpret_attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), None, nh, d, kind,
+                               window=window, softcap=cap, v_head_dim=vd, masked_rows=masked_rows)
+    for threads in (1, 2):
+        got = attention(q, k, v, num_heads=nh, mask_kind={"SlidingWindow": "causal"}.get(kind, kind.lower()),
+                        softcap=cap, window=window, masked_rows=masked_rows, threads=threads)
+        assert got.shape == (b, sq, nh * (vd or d))
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"threads={threads}")
+
+
 @pytest.mark.parametrize("style", ["NeoX", "GptJ"])
 def test_rope_matches_the_interpreter_rope_op(style):
     rng = np.random.default_rng(5)
@@ -218,7 +250,12 @@ def test_misaligned_arrays_are_refused_by_every_entry_point():
         (dict(bias=np.ones((2, 2, 3, 5), np.float32)), ValueError, ["bias", "[2, 2, 3, 4]", "[2, 2, 3, 5]"]),
         (dict(bias=np.ones((2, 4), np.float64)), TypeError, ["bias", "float64"]),
         (dict(k=np.zeros((2, 4, 12), np.float32), v=np.zeros((2, 4, 12), np.float32)), ValueError, ["k must have shape [2, 4, 8]", "H_kv"]),
-        (dict(v=np.zeros((2, 4, 4), np.float32)), ValueError, ["v must have shape [2, 4, 8]"]),
+        (dict(v=np.zeros((2, 4, 3), np.float32)), ValueError, ["v must have shape [2, 4, 8]", "H_kv·v_head_dim"]),
+        (dict(v=np.zeros((2, 5, 8), np.float32)), ValueError, ["v must have shape [2, 4, 8]"]),
+        (dict(softcap=0.0), ValueError, ["softcap must be finite and positive, got 0"]),
+        (dict(softcap=float("nan")), ValueError, ["softcap must be finite and positive"]),
+        (dict(window=-1), ValueError, ["window must be >= 0, got -1"]),
+        (dict(softcap=3.0, rope=(np.ones((4, 2), np.float32),) * 2), ValueError, ["rope is taken without softcap"]),
         (dict(masked_rows="nan"), ValueError, ["masked_rows", "'uniform'", "'zero'"]),
         (dict(rope_style="llama"), ValueError, ["rope_style", "neox", "gptj"]),
         (dict(rope=(np.ones((4, 3), np.float32),) * 2), ValueError, ["rotary_dim", "head_dim=4"]),

@@ -167,6 +167,8 @@ def attention(
     rope_sin: Optional[npt.NDArray[np.float32]] = None,
     rope_style: str = "neox",
     scale: Optional[float] = None,
+    softcap: Optional[float] = None,
+    window: Optional[int] = None,
     threads: Optional[int] = None,
 ) -> npt.NDArray[np.float32]: ...
 def simd_paths() -> list[str]: ...

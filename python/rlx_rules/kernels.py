@@ -135,19 +135,27 @@ def attention(
     rope: Optional[Sequence[np.ndarray]] = None,
     rope_style: str = "neox",
     scale: Optional[float] = None,
+    softcap: Optional[float] = None,
+    window: Optional[int] = None,
     threads: Optional[int] = None,
 ) -> np.ndarray:
-    """Multi-head attention on ``q`` ``[B, Sq, H]`` and ``k``, ``v`` ``[B, Sk, H_kv·head_dim]``; returns ``[B, Sq, H]``.
+    """Multi-head attention on ``q`` ``[B, Sq, H]``, ``k`` ``[B, Sk, H_kv·head_dim]`` and ``v``
+    ``[B, Sk, H_kv·v_head_dim]``; returns ``[B, Sq, num_heads·v_head_dim]``.
 
     ``head_dim = H / num_heads``; ``k`` and ``v`` may have fewer heads (``H_kv`` dividing
-    ``num_heads``: GQA/MQA, query head ``h`` reads K/V head ``h // (num_heads // H_kv)``).
-    Scores are ``scale · q·kᵀ + bias`` (``scale`` defaults to ``head_dim**-0.5``), then masked:
+    ``num_heads``: GQA/MQA, query head ``h`` reads K/V head ``h // (num_heads // H_kv)``); V's head
+    size is read from its shape and may differ from ``head_dim`` (DeepSeek's MLA).
+    Scores are ``softcap(scale · q·kᵀ) + bias`` (``scale`` defaults to ``head_dim**-0.5``;
+    ``softcap=c`` gives ``c·tanh(s/c)``, Gemma 2's logit soft-cap), then masked:
 
     * ``mask``: keep mask (``< 0.5`` drops the key), ``[B, Sk]``, ``[B, Sq, Sk]`` or ``[B, H, Sq, Sk]``
       (size-1 dims broadcast; bool, integer or float);
     * ``mask_kind``: ``"custom"`` needs ``mask`` or ``bias``; ``"none"`` takes no mask; ``"causal"``
       drops key ``j > i + Sk − Sq`` for query ``i`` (the queries are the last positions) and also
       applies ``mask`` when given;
+    * ``window``: also drops key ``j < i + Sk − Sq − window`` (with ``"causal"``: RLX's
+      ``SlidingWindow``, each query sees itself and the ``window`` keys before it); key blocks
+      outside every query's window are skipped, so a long sequence costs ``O(S·window)``;
     * ``bias``: float32 added to the scores, shaped like the mask (ALiBi, relative position bias,
       an additive ``-inf`` mask);
     * ``masked_rows``: a dropped key scores ``-1e9`` with ``"uniform"`` (RLX: a fully masked row is
@@ -155,12 +163,14 @@ def attention(
 
     ``rope``: optional ``(cos, sin)`` tables ``[Sk, rotary_dim/2]`` applied to q and k before the
     scores (key ``j`` uses row ``j``, query ``i`` row ``i + Sk − Sq``), ``rope_style`` ``"neox"``
-    (dim ``i`` pairs with ``i + rotary_dim/2``) or ``"gptj"`` (``2i`` with ``2i+1``), as RLX's ``Rope``.
+    (dim ``i`` pairs with ``i + rotary_dim/2``) or ``"gptj"`` (``2i`` with ``2i+1``), as RLX's ``Rope``;
+    not with ``softcap``, ``window`` or a separate V head size (``KernelError``).
     """
     cos, sin = _rope(rope)
     return _native.attention(q, k, v, mask, num_heads=num_heads, mask_kind=mask_kind, bias=bias,
                              masked_rows=masked_rows, rope_cos=cos, rope_sin=sin, rope_style=rope_style,
-                             scale=None if scale is None else float(scale), threads=threads)
+                             scale=None if scale is None else float(scale),
+                             softcap=None if softcap is None else float(softcap), window=window, threads=threads)
 
 
 def simd_paths() -> list:

@@ -134,20 +134,17 @@ def as_f32(x) -> np.ndarray:
 # float32 (past the upper end float64 loses them too: both give the same uniform row); past float32's range
 # a finite bias becomes -inf in float32.
 SWAMPING_BIAS = (1e4, 1e30)
-# RLX's mask kinds as the attention kernel's: a Bias is an additive bias under "custom" (no keep mask).
-_KERNEL_MASK_KINDS = {"None": "none", "Causal": "causal", "Custom": "custom", "Bias": "custom"}
+# RLX's mask kinds as the attention kernel's: a Bias is an additive bias under "custom" (no keep mask), a
+# SlidingWindow is causal with the kernel's window.
+_KERNEL_MASK_KINDS = {"None": "none", "Causal": "causal", "SlidingWindow": "causal", "Custom": "custom",
+                      "Bias": "custom"}
 
 
 def kernel_attention_refusal(q, k, v, mask, a, kind) -> Optional[str]:
     """Why the attention kernel cannot run this ``Attention`` node (None: it can; the operands' shapes are
     checked when they are split into heads, the rest by the kernel's binding, which raises KernelError)."""
     if kind not in _KERNEL_MASK_KINDS:
-        return f"mask_kind {kind} (the kernel has no sliding window)" if kind == "SlidingWindow" else \
-            f"mask_kind {kind}"
-    if a.get("attn_logit_softcap") is not None:
-        return "attn_logit_softcap (the kernel has no soft-cap)"
-    if a.get("v_head_dim") not in (None, a["head_dim"]):
-        return f"v_head_dim {a['v_head_dim']} != head_dim {a['head_dim']} (the kernel has one head_dim)"
+        return f"mask_kind {kind}"
     scale = a.get("score_scale")
     if scale is not None and not np.isfinite(np.float32(scale)):
         return f"score_scale {scale} is not finite in float32"
@@ -169,22 +166,29 @@ def _flat_heads(t: np.ndarray, heads: int, head_dim: int, what: str):
 
 
 def kernel_attention(q, k, v, mask, a, kind) -> np.ndarray:
-    """RLX's ``Attention`` through ``rlx_rules.kernels.attention`` (float32), in q's layout."""
+    """RLX's ``Attention`` through ``rlx_rules.kernels.attention`` (float32), in q's layout; the soft-cap, the
+    sliding window and V's own head size (``v_head_dim``) included."""
     from .. import kernels
     heads, hd = int(a["num_heads"]), int(a["head_dim"])
+    v_dim = int(a.get("v_head_dim") or hd)
     qf, layout = _flat_heads(q, heads, hd, "q")
     if qf.shape[2] != heads * hd:  # the kernel would split q into heads of another head_dim
         raise ValueError(f"q has {qf.shape[2] // hd} heads of {hd}, but num_heads is {heads}")
     kf, _ = _flat_heads(k, heads, hd, "k")
-    vf, _ = _flat_heads(v, heads, hd, "v")
+    vf, _ = _flat_heads(v, heads, v_dim, "v")
+    window = a.get("window")
+    if kind == "SlidingWindow" and window is None:
+        raise ValueError("mask_kind SlidingWindow needs the attribute window")
     m = None if mask is None else as_f32(mask)
-    scale = a.get("score_scale")
+    scale, cap = a.get("score_scale"), a.get("attn_logit_softcap")
     out = kernels.attention(qf, kf, vf, m if kind == "Custom" else None, num_heads=heads,
                             mask_kind=_KERNEL_MASK_KINDS[kind], bias=m if kind == "Bias" else None,
                             scale=None if scale is None else float(scale),
+                            softcap=None if cap is None else float(cap),
+                            window=int(window) if kind == "SlidingWindow" else None,
                             masked_rows=a.get("masked_rows") or "uniform")
     b, sq = out.shape[:2]
-    return merge_heads(out.astype(np.float64).reshape(b, sq, heads, hd).transpose(0, 2, 1, 3), layout)
+    return merge_heads(out.astype(np.float64).reshape(b, sq, heads, v_dim).transpose(0, 2, 1, 3), layout)
 
 
 def run_kernel(it, node: Node, why_not: Optional[str], call: Callable[[], np.ndarray]) -> Optional[np.ndarray]:

@@ -362,9 +362,10 @@ fn score_tensor<'a>(name: &str, arg: &'a F32Arg<'_>, scores: [usize; 4]) -> PyRe
     Ok(ScoreTensor { data: arg.slice(), batch_stride: s(dims[0], b_stride), head_stride: s(dims[1], h_stride), row_stride: s(dims[2], q_stride) })
 }
 
-/// Multi-head (or grouped-query) attention on `[B, Sq, H]` q and `[B, Sk, H_kv·head_dim]` k, v.
+/// Multi-head (or grouped-query) attention on `[B, Sq, H]` q, `[B, Sk, H_kv·head_dim]` k and
+/// `[B, Sk, H_kv·v_head_dim]` v, with an optional logit soft-cap and sliding window.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, mask=None, *, num_heads, mask_kind="custom", bias=None, masked_rows="uniform", rope_cos=None, rope_sin=None, rope_style="neox", scale=None, threads=None))]
+#[pyo3(signature = (q, k, v, mask=None, *, num_heads, mask_kind="custom", bias=None, masked_rows="uniform", rope_cos=None, rope_sin=None, rope_style="neox", scale=None, softcap=None, window=None, threads=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention<'py>(
     py: Python<'py>,
@@ -380,6 +381,8 @@ fn attention<'py>(
     rope_sin: Option<&Bound<'py, PyAny>>,
     rope_style: &str,
     scale: Option<f32>,
+    softcap: Option<f32>,
+    window: Option<i64>,
     threads: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray3<f32>>> {
     let q = f32_arg("q", q, 3)?;
@@ -393,7 +396,10 @@ fn attention<'py>(
         expect_shape("k", &k, &[b, sk, h], &why)?;
     }
     let v = f32_arg("v", v, 3)?;
-    expect_shape("v", &v, &[b, sk, hkv], "same as k")?;
+    let dv = if v.shape()[2].is_multiple_of(kv_heads.max(1)) { v.shape()[2] / kv_heads.max(1) } else { 0 };
+    if dv == 0 || v.shape()[..2] != [b, sk] {
+        expect_shape("v", &v, &[b, sk, hkv], &format!("[batch, seq_k, H_kv·v_head_dim]: k's batch and length, {kv_heads} heads of any positive size"))?;
+    }
     if sk == 0 && b * sq > 0 {
         return Err(kerr("shape", "k and v need at least one key (sequence length 0)"));
     }
@@ -425,12 +431,20 @@ fn attention<'py>(
             return Err(kerr("argument", format!("scale must be finite, got {sc}")));
         }
     }
+    if let Some(c) = softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        return Err(kerr("argument", format!("softcap must be finite and positive, got {c}")));
+    }
+    let window = window.map(|w| usize::try_from(w).map_err(|_| kerr("argument", format!("window must be >= 0, got {w}")))).transpose()?;
+    let variant = core::AttentionVariant { softcap, window, v_head_dim: (dv != d).then_some(dv) };
+    if rope.is_some() && variant != core::AttentionVariant::default() {
+        return Err(kerr("argument", "rope is taken without softcap, window or a v head size other than q's (apply it to q and k first)"));
+    }
     let opts = run_options(threads)?;
-    with_output(py, [b, sq, h], |out| {
+    with_output(py, [b, sq, num_heads * dv], |out| {
         let (qs, ks, vs, rope) = (q.slice(), k.slice(), v.slice(), rope_ref(&rope, interleaved));
         let shape = core::AttentionShape { batch: b, seq_q: sq, seq_k: sk, num_heads, kv_heads: kv_heads.max(1), head_dim: d };
-        let masking = &masking;
-        run_detached(py, move || core::attention(shape, qs, ks, vs, masking, rope, scale, opts, out))
+        let (masking, variant) = (&masking, &variant);
+        run_detached(py, move || core::attention_variant(shape, variant, qs, ks, vs, masking, rope, scale, opts, out))
     })
 }
 

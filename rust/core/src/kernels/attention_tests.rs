@@ -52,14 +52,16 @@ fn kernels_flash_timing() {
     }
 }
 
-/// f64 attention of every (batch, head, query): `s = scale·q·k + bias`, hidden keys (keep < 0.5
-/// or causal) scored `masked`, a row of only −inf scores zero when `zero_rows`.
+/// f64 attention of every (batch, head, query): `s = softcap(scale·q·k) + bias`, hidden keys
+/// (keep < 0.5, causal, outside the window) scored `masked`, a row of only −inf scores zero when
+/// `zero_rows`; V and the output have heads of the variant's `v_head_dim`.
 #[allow(clippy::too_many_arguments)]
-fn reference(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], keep: &[f32], bias: &[f32], causal: bool, zero_rows: bool, scale: f64) -> Vec<f64> {
+fn reference(shape: AttentionShape, variant: &AttentionVariant, q: &[f32], k: &[f32], v: &[f32], keep: &[f32], bias: &[f32], causal: bool, zero_rows: bool, scale: f64) -> Vec<f64> {
     let AttentionShape { batch, seq_q, seq_k, num_heads, kv_heads, head_dim: d } = shape;
-    let (h, hkv) = (num_heads * d, kv_heads * d);
+    let dv = variant.v_head_dim.unwrap_or(d);
+    let (h, hkv, hv, hkv_v) = (num_heads * d, kv_heads * d, num_heads * dv, kv_heads * dv);
     let masked = if zero_rows { f64::NEG_INFINITY } else { -1e9 };
-    let mut out = vec![0.0f64; batch * seq_q * h];
+    let mut out = vec![0.0f64; batch * seq_q * hv];
     for b in 0..batch {
         for hd in 0..num_heads {
             let g = hd / (num_heads / kv_heads);
@@ -69,8 +71,10 @@ fn reference(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], keep: &[f32
                     .map(|j| {
                         let at = (b * seq_q + i) * seq_k + j;
                         let kr = &k[(b * seq_k + j) * hkv + g * d..][..d];
-                        let s = scale * qr.iter().zip(kr).map(|(&a, &c)| a as f64 * c as f64).sum::<f64>() + bias[at] as f64;
-                        if keep[at] < 0.5 || (causal && j + seq_q > i + seq_k) {
+                        let s = scale * qr.iter().zip(kr).map(|(&a, &c)| a as f64 * c as f64).sum::<f64>();
+                        let s = variant.softcap.map_or(s, |c| c as f64 * (s / c as f64).tanh()) + bias[at] as f64;
+                        let outside = variant.window.is_some_and(|w| j + seq_q + w < i + seq_k);
+                        if keep[at] < 0.5 || (causal && j + seq_q > i + seq_k) || outside {
                             masked
                         } else {
                             s
@@ -83,8 +87,8 @@ fn reference(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], keep: &[f32
                 }
                 let e: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
                 let sum: f64 = e.iter().sum();
-                for c in 0..d {
-                    out[(b * seq_q + i) * h + hd * d + c] = (0..seq_k).map(|j| e[j] * v[(b * seq_k + j) * hkv + g * d + c] as f64).sum::<f64>() / sum;
+                for c in 0..dv {
+                    out[(b * seq_q + i) * hv + hd * dv + c] = (0..seq_k).map(|j| e[j] * v[(b * seq_k + j) * hkv_v + g * dv + c] as f64).sum::<f64>() / sum;
                 }
             }
         }
@@ -112,7 +116,7 @@ fn kernels_flash_matches_reference_across_blocks() {
         let keep: Vec<f32> = (0..batch * seq_q * seq_k).map(|at| if (at / seq_k) % 4 == 1 && noise[at] < -0.3 { 0.0 } else { 1.0 }).collect();
         let tensor = |data| ScoreTensor { data, batch_stride: seq_q * seq_k, head_stride: 0, row_stride: seq_k };
         let masking = Masking { keep: Some(tensor(&keep)), bias: Some(tensor(&bias)), causal, masked_rows: if zero_rows { MaskedRows::Zero } else { MaskedRows::Uniform } };
-        let want = reference(shape, &q, &k, &v, &keep, &bias, causal, zero_rows, 0.2);
+        let want = reference(shape, &AttentionVariant::default(), &q, &k, &v, &keep, &bias, causal, zero_rows, 0.2);
         for isa in Isa::available() {
             for threads in [1, 2] {
                 let mut out = vec![f32::NAN; want.len()];
@@ -125,24 +129,141 @@ fn kernels_flash_matches_reference_across_blocks() {
     }
 }
 
-/// The softmax's base-2 `exp` on every path: relative error below 3e-7 down to −126, exactly 1 at
-/// 0, exactly 0 below −127 and at −inf, NaN kept.
+/// The variants against float64 on every SIMD path, 1 and 2 threads: soft-cap (alone, with a bias
+/// and with a window), sliding windows of 0, a few and more keys than a block (causal, with
+/// `Sq < Sk`, with a keep mask that hides a row's whole window in both fully-masked-row modes:
+/// uniform takes the mean over all keys, not just the visited blocks), V heads narrower and wider
+/// than Q's, with GQA.
 #[test]
-fn kernels_exp2_neg_is_accurate_on_every_path() {
+fn kernels_attention_variants_match_reference() {
+    struct Case {
+        sq: usize,
+        sk: usize,
+        heads: usize,
+        kv: usize,
+        d: usize,
+        variant: AttentionVariant,
+        causal: bool,
+        keep: bool,
+        bias: bool,
+        zero_rows: bool,
+    }
+    let var = |softcap: Option<f32>, window: Option<usize>, v_head_dim: Option<usize>| AttentionVariant { softcap, window, v_head_dim };
+    let cases = [
+        Case { sq: 70, sk: 70, heads: 2, kv: 2, d: 32, variant: var(Some(0.9), None, None), causal: false, keep: false, bias: false, zero_rows: false },
+        Case { sq: 40, sk: 90, heads: 4, kv: 2, d: 24, variant: var(Some(2.0), None, None), causal: true, keep: false, bias: true, zero_rows: true },
+        Case { sq: 200, sk: 200, heads: 2, kv: 1, d: 16, variant: var(None, Some(5), None), causal: true, keep: false, bias: false, zero_rows: false },
+        Case { sq: 150, sk: 150, heads: 3, kv: 3, d: 40, variant: var(None, Some(0), None), causal: true, keep: false, bias: false, zero_rows: true },
+        Case { sq: 100, sk: 170, heads: 2, kv: 2, d: 16, variant: var(Some(1.5), Some(40), None), causal: true, keep: true, bias: false, zero_rows: false },
+        Case { sq: 100, sk: 170, heads: 2, kv: 2, d: 16, variant: var(None, Some(3), None), causal: true, keep: true, bias: false, zero_rows: true },
+        Case { sq: 66, sk: 66, heads: 2, kv: 2, d: 16, variant: var(None, Some(70), None), causal: false, keep: false, bias: true, zero_rows: false },
+        Case { sq: 90, sk: 90, heads: 4, kv: 2, d: 48, variant: var(None, None, Some(20)), causal: true, keep: true, bias: false, zero_rows: false },
+        Case { sq: 33, sk: 77, heads: 2, kv: 1, d: 16, variant: var(Some(3.0), Some(9), Some(72)), causal: true, keep: false, bias: true, zero_rows: true },
+    ];
+    for (n, c) in cases.iter().enumerate() {
+        let batch = 2;
+        let dv = c.variant.v_head_dim.unwrap_or(c.d);
+        let shape = AttentionShape { batch, seq_q: c.sq, seq_k: c.sk, num_heads: c.heads, kv_heads: c.kv, head_dim: c.d };
+        let seed = 100 + 10 * n as u64;
+        let (q, k) = (values(batch * c.sq * c.heads * c.d, seed), values(batch * c.sk * c.kv * c.d, seed + 1));
+        let v = values(batch * c.sk * c.kv * dv, seed + 2);
+        let noise = values(batch * c.sq * c.sk, seed + 3);
+        // Scores of several units (the soft-caps bite); every 7th row of batch 0 loses every key.
+        let q: Vec<f32> = q.iter().map(|x| 3.0 * x).collect();
+        let keep: Vec<f32> = (0..noise.len()).map(|at| if !c.keep || (noise[at] > -0.6 && !(at < c.sq * c.sk && (at / c.sk) % 7 == 3)) { 1.0 } else { 0.0 }).collect();
+        let bias: Vec<f32> = noise.iter().map(|x| if c.bias { 2.0 * x } else { 0.0 }).collect();
+        let tensor = |data| ScoreTensor { data, batch_stride: c.sq * c.sk, head_stride: 0, row_stride: c.sk };
+        let masking = Masking {
+            keep: c.keep.then(|| tensor(&keep)),
+            bias: c.bias.then(|| tensor(&bias)),
+            causal: c.causal,
+            masked_rows: if c.zero_rows { MaskedRows::Zero } else { MaskedRows::Uniform },
+        };
+        let want = reference(shape, &c.variant, &q, &k, &v, &keep, &bias, c.causal, c.zero_rows, 0.3);
+        for isa in Isa::available() {
+            for threads in [1, 2] {
+                let mut out = vec![f32::NAN; want.len()];
+                attention_variant(shape, &c.variant, &q, &k, &v, &masking, None, Some(0.3), RunOptions { threads: Some(threads), isa: Some(isa) }, &mut out).unwrap();
+                for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                    assert!((g as f64 - w).abs() < 2e-4, "case {n} {isa} t{threads}: out[{i}] = {g}, want {w}");
+                }
+            }
+        }
+    }
+}
+
+/// The variants' argument checks: typed errors, never a panic.
+#[test]
+fn kernels_attention_variant_rejects_bad_arguments() {
+    let shape = AttentionShape { batch: 1, seq_q: 2, seq_k: 3, num_heads: 2, kv_heads: 1, head_dim: 4 };
+    let (q, k) = (vec![0.5f32; 16], vec![0.5f32; 12]);
+    let wide = AttentionVariant { v_head_dim: Some(6), ..AttentionVariant::default() };
+    let run = |variant: &AttentionVariant, v: &[f32], out: &mut [f32], rope| attention_variant(shape, variant, &q, &k, v, &Masking::default(), rope, None, RunOptions::default(), out);
+    assert!(run(&wide, &[0.5; 18], &mut [0.0; 24], None).is_ok());
+    assert!(run(&wide, &[0.5; 12], &mut [0.0; 24], None).unwrap_err().0.contains("v must have 18 elements"));
+    assert!(run(&wide, &[0.5; 18], &mut [0.0; 16], None).unwrap_err().0.contains("out must have 24 elements"));
+    for cap in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let bad = AttentionVariant { softcap: Some(cap), ..AttentionVariant::default() };
+        assert!(run(&bad, &[0.5; 12], &mut [0.0; 16], None).unwrap_err().0.contains("soft-cap"), "{cap}");
+    }
+    let (cos, sin) = ([1.0f32; 6], [0.0f32; 6]);
+    assert!(run(&wide, &[0.5; 18], &mut [0.0; 24], Some(Rope::neox(&cos, &sin, 4))).unwrap_err().0.contains("rope"));
+}
+
+/// A vector function under test.
+#[derive(Clone, Copy)]
+enum VecFn {
+    Tanh,
+    Exp2Neg,
+}
+
+/// `f` of every element of `xs`, computed on SIMD path `isa` (a partial vector at the end).
+fn on_path(isa: Isa, f: VecFn, xs: &[f32]) -> Vec<f32> {
     use super::attention_tile::exp2_neg;
     use super::simd::dispatch;
-    let xs: Vec<f32> = (0..26_000).map(|i| -130.0 + i as f32 * 0.005).chain([0.0, -0.0, -1e-7, -126.0, f32::NEG_INFINITY, f32::NAN]).collect();
+    let mut got = vec![0.0f32; xs.len()];
+    let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
+    dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize, f: VecFn) {
+        let mut i = 0;
+        while i < n {
+            let m = S::LANES.min(n - i);
+            let x = S::load_partial(xp.add(i), m);
+            let y = match f {
+                VecFn::Tanh => S::tanh(x),
+                VecFn::Exp2Neg => exp2_neg::<S>(x),
+            };
+            S::store_partial(gp.add(i), y, m);
+            i += m;
+        }
+    });
+    got
+}
+
+/// `tanh` on every path: relative error below 1e-6 (absolute near 0), odd, ±1 far out, NaN kept.
+#[test]
+fn kernels_simd_tanh_is_accurate_on_every_path() {
+    let xs: Vec<f32> = (0..24_000).map(|i| -12.0 + i as f32 * 0.001).chain([0.0, -0.0, 1e-30, -3e-8, 0.25, -0.25, 50.0, -1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]).collect();
     for isa in Isa::available() {
-        let mut got = vec![0.0f32; xs.len()];
-        let (xp, gp, n) = (xs.as_ptr(), got.as_mut_ptr(), xs.len());
-        dispatch!(isa, |S| (xp: *const f32, gp: *mut f32, n: usize) {
-            let mut i = 0;
-            while i < n {
-                let m = S::LANES.min(n - i);
-                S::store_partial(gp.add(i), exp2_neg::<S>(S::load_partial(xp.add(i), m)), m);
-                i += m;
+        let got = on_path(isa, VecFn::Tanh, &xs);
+        for (&x, &g) in xs.iter().zip(&got) {
+            if x.is_nan() {
+                assert!(g.is_nan(), "{isa}: tanh(NaN) = {g}");
+                continue;
             }
-        });
+            let want = (x as f64).tanh();
+            assert!((g as f64 - want).abs() <= 1e-6 * want.abs().max(1e-30), "{isa}: tanh({x}) = {g}, want {want}");
+        }
+    }
+}
+
+/// The softmax's base-2 `exp` on every path: relative error below 3e-7 from −126 to 12 (the lazy
+/// running max lets `s − max` reach `8·log2 e`), exactly 1 at 0, exactly 0 below −127 and at −inf,
+/// NaN kept.
+#[test]
+fn kernels_exp2_neg_is_accurate_on_every_path() {
+    let xs: Vec<f32> = (0..28_400).map(|i| -130.0 + i as f32 * 0.005).chain([0.0, -0.0, -1e-7, -126.0, f32::NEG_INFINITY, f32::NAN]).collect();
+    for isa in Isa::available() {
+        let got = on_path(isa, VecFn::Exp2Neg, &xs);
         for (&x, &g) in xs.iter().zip(&got) {
             let want = (x as f64).exp2();
             if x.is_nan() {

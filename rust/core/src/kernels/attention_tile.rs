@@ -7,7 +7,8 @@
 
 use super::simd::Simd;
 
-/// `2^x` for `x <= 0` (the softmax's `(score − max)·log2 e`; positive `x` is not used):
+/// `2^x` for `x <= 126` (the softmax's `(score − max)·log2 e`, at most `8·log2 e` above 0 with the
+/// lazily moved max):
 /// round-to-nearest range reduction and a degree-5 polynomial on `[−½, ½]` (constant term 1, so
 /// `2^0` is exactly 1), relative error below 2e-7; exactly 0 below −126.5, NaN in gives NaN out.
 #[inline(always)]

@@ -8,6 +8,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod attention;
+mod attention_entry;
 mod attention_tile;
 pub mod block;
 pub mod gemm;
@@ -21,7 +22,8 @@ mod tests;
 #[cfg(test)]
 mod attention_tests;
 
-pub use attention::{MaskedRows, Masking, ScoreTensor, MASKED_SCORE};
+pub use attention::{AttentionVariant, MaskedRows, Masking, ScoreTensor, MASKED_SCORE};
+pub use attention_entry::attention_variant;
 pub use block::{attention, fused_attention_block, AttentionShape, BlockShape, BlockWeights, PreparedAttentionBlock, RunOptions};
 pub use gemm::PackedWeights;
 pub use par::{resolve_threads, PARALLEL_MIN_FLOPS, THREADS_ENV, WAKE_MIN_FLOPS};

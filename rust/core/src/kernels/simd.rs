@@ -129,6 +129,8 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
     unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    /// `a / b`, correctly rounded.
+    unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
     /// `a * b + c`.
     unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
@@ -161,121 +163,30 @@ pub(crate) trait Simd: Copy + 'static {
         let y = Self::mul(y, Self::pow2i(n));
         Self::select_lt(x, Self::splat(-87.3), Self::zero(), y)
     }
-}
 
-/// Portable path: eight-lane arrays of plain `f32` arithmetic (no fused multiply-add).
-#[derive(Clone, Copy)]
-pub(crate) struct Scalar;
-
-const SL: usize = 8;
-
-#[inline(always)]
-fn lanes<F: Fn(usize) -> f32>(f: F) -> [f32; SL] {
-    let mut out = [0.0; SL];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = f(i);
-    }
-    out
-}
-
-#[inline(always)]
-fn x86_max(a: f32, b: f32) -> f32 {
-    if a > b {
-        a
-    } else {
-        b
+    /// Vectorized `tanh`: an odd Taylor polynomial (to x⁹) below |x| = 0.25, `(1 − e)/(1 + e)`
+    /// with `e = exp(−2|x|)` above; relative error below 1e-6, exactly ±1 from |x| ≈ 9.1 on,
+    /// NaN in gives NaN out.
+    #[inline(always)]
+    unsafe fn tanh(x: Self::V) -> Self::V {
+        let (zero, one) = (Self::zero(), Self::splat(1.0));
+        let ax = Self::max(x, Self::sub(zero, x));
+        let e = Self::exp(Self::mul(ax, Self::splat(-2.0)));
+        let big = Self::div(Self::sub(one, e), Self::add(one, e));
+        let x2 = Self::mul(x, x);
+        let mut p = Self::splat(62.0 / 2835.0);
+        p = Self::fmadd(p, x2, Self::splat(-17.0 / 315.0));
+        p = Self::fmadd(p, x2, Self::splat(2.0 / 15.0));
+        p = Self::fmadd(p, x2, Self::splat(-1.0 / 3.0));
+        let small = Self::fmadd(Self::mul(p, x2), ax, ax);
+        let t = Self::select_lt(ax, Self::splat(0.25), small, big);
+        Self::select_lt(x, zero, Self::sub(zero, t), t)
     }
 }
 
-#[inline(always)]
-fn x86_min(a: f32, b: f32) -> f32 {
-    if a < b {
-        a
-    } else {
-        b
-    }
-}
-
-impl Simd for Scalar {
-    type V = [f32; SL];
-    const LANES: usize = SL;
-    const GEMM_MR: usize = 2;
-    const ATTN_VECS: usize = 2;
-    #[inline(always)]
-    unsafe fn zero() -> Self::V {
-        [0.0; SL]
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self::V {
-        [x; SL]
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self::V {
-        std::ptr::read_unaligned(p as *const [f32; SL])
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self::V) {
-        std::ptr::write_unaligned(p as *mut [f32; SL], v)
-    }
-    #[inline(always)]
-    unsafe fn load_partial(p: *const f32, n: usize) -> Self::V {
-        let mut out = [0.0; SL];
-        for (i, o) in out.iter_mut().enumerate().take(n) {
-            *o = *p.add(i);
-        }
-        out
-    }
-    #[inline(always)]
-    unsafe fn store_partial(p: *mut f32, v: Self::V, n: usize) {
-        for (i, x) in v.iter().enumerate().take(n) {
-            *p.add(i) = *x;
-        }
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self::V, b: Self::V) -> Self::V {
-        lanes(|i| a[i] + b[i])
-    }
-    #[inline(always)]
-    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V {
-        lanes(|i| a[i] - b[i])
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
-        lanes(|i| a[i] * b[i])
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        lanes(|i| a[i] * b[i] + c[i])
-    }
-    #[inline(always)]
-    unsafe fn max(a: Self::V, b: Self::V) -> Self::V {
-        lanes(|i| x86_max(a[i], b[i]))
-    }
-    #[inline(always)]
-    unsafe fn min(a: Self::V, b: Self::V) -> Self::V {
-        lanes(|i| x86_min(a[i], b[i]))
-    }
-    #[inline(always)]
-    unsafe fn round(a: Self::V) -> Self::V {
-        lanes(|i| a[i].round_ties_even())
-    }
-    #[inline(always)]
-    unsafe fn pow2i(n: Self::V) -> Self::V {
-        lanes(|i| f32::from_bits((((n[i] as i32) + 127) as u32) << 23))
-    }
-    #[inline(always)]
-    unsafe fn select_lt(a: Self::V, b: Self::V, x: Self::V, y: Self::V) -> Self::V {
-        lanes(|i| if a[i] < b[i] { x[i] } else { y[i] })
-    }
-    #[inline(always)]
-    unsafe fn hsum(a: Self::V) -> f32 {
-        ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
-    }
-    #[inline(always)]
-    unsafe fn hmax(a: Self::V) -> f32 {
-        a.iter().fold(a[0], |m, &x| x86_max(m, x))
-    }
-}
+#[path = "simd_scalar.rs"]
+mod scalar;
+pub(crate) use scalar::Scalar;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{Avx2, Avx512};
@@ -336,6 +247,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn mul(a: __m256, b: __m256) -> __m256 {
             _mm256_mul_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn div(a: __m256, b: __m256) -> __m256 {
+            _mm256_div_ps(a, b)
         }
         #[inline(always)]
         unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
@@ -427,6 +342,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn mul(a: __m512, b: __m512) -> __m512 {
             _mm512_mul_ps(a, b)
+        }
+        #[inline(always)]
+        unsafe fn div(a: __m512, b: __m512) -> __m512 {
+            _mm512_div_ps(a, b)
         }
         #[inline(always)]
         unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
@@ -527,6 +446,10 @@ mod arm {
         #[inline(always)]
         unsafe fn mul(a: float32x4_t, b: float32x4_t) -> float32x4_t {
             vmulq_f32(a, b)
+        }
+        #[inline(always)]
+        unsafe fn div(a: float32x4_t, b: float32x4_t) -> float32x4_t {
+            vdivq_f32(a, b)
         }
         #[inline(always)]
         unsafe fn fmadd(a: float32x4_t, b: float32x4_t, c: float32x4_t) -> float32x4_t {
