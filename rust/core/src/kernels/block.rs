@@ -67,9 +67,11 @@ fn err(msg: String) -> KernelError {
     KernelError(msg)
 }
 
-fn check_len(name: &str, got: usize, want: usize, shape: &str) -> Result<(), KernelError> {
+/// `got == want`, else an error naming the argument and its expected `shape` (formatted only then:
+/// these checks run on every call).
+fn check_len(name: &str, got: usize, want: usize, shape: impl FnOnce() -> String) -> Result<(), KernelError> {
     if got != want {
-        return Err(err(format!("{name} must have {want} elements ({shape}), got {got}")));
+        return Err(err(format!("{name} must have {want} elements ({}), got {got}", shape())));
     }
     Ok(())
 }
@@ -87,13 +89,13 @@ fn check_heads(hidden: usize, num_heads: usize) -> Result<usize, KernelError> {
 fn check_weights(hidden: usize, num_heads: usize, w: &BlockWeights<'_>) -> Result<(), KernelError> {
     let h = hidden;
     check_heads(h, num_heads)?;
-    check_len("qkv_w", w.qkv_w.len(), h * 3 * h, &format!("[{h}, {}]", 3 * h))?;
-    check_len("out_w", w.out_w.len(), h * h, &format!("[{h}, {h}]"))?;
+    check_len("qkv_w", w.qkv_w.len(), h * 3 * h, || format!("[{h}, {}]", 3 * h))?;
+    check_len("out_w", w.out_w.len(), h * h, || format!("[{h}, {h}]"))?;
     if let Some(b) = w.qkv_b {
-        check_len("qkv_b", b.len(), 3 * h, &format!("[{}]", 3 * h))?;
+        check_len("qkv_b", b.len(), 3 * h, || format!("[{}]", 3 * h))?;
     }
     if let Some(b) = w.out_b {
-        check_len("out_b", b.len(), h, &format!("[{h}]"))?;
+        check_len("out_b", b.len(), h, || format!("[{h}]"))?;
     }
     Ok(())
 }
@@ -101,10 +103,10 @@ fn check_weights(hidden: usize, num_heads: usize, w: &BlockWeights<'_>) -> Resul
 fn check_call(shape: &BlockShape, hidden: &[f32], mask: Option<&[f32]>, rope: Option<&Rope<'_>>, out: &[f32]) -> Result<(), KernelError> {
     let BlockShape { batch: b, seq: s, hidden: h, num_heads } = *shape;
     let d = check_heads(h, num_heads)?;
-    check_len("hidden", hidden.len(), b * s * h, &format!("[{b}, {s}, {h}]"))?;
-    check_len("out", out.len(), b * s * h, &format!("[{b}, {s}, {h}]"))?;
+    check_len("hidden", hidden.len(), b * s * h, || format!("[{b}, {s}, {h}]"))?;
+    check_len("out", out.len(), b * s * h, || format!("[{b}, {s}, {h}]"))?;
     if let Some(m) = mask {
-        check_len("mask", m.len(), b * s, &format!("[{b}, {s}]"))?;
+        check_len("mask", m.len(), b * s, || format!("[{b}, {s}]"))?;
     }
     if let Some(r) = rope {
         check_rope(r, s, d)?;
@@ -118,8 +120,8 @@ fn check_rope(r: &Rope<'_>, positions: usize, d: usize) -> Result<(), KernelErro
     if !rot.is_multiple_of(2) || rot > d || (rot == 0 && d > 0) {
         return Err(err(format!("rope needs an even rotary_dim between 2 and head_dim={d}, got {rot} (tables of {} columns)", rot / 2)));
     }
-    check_len("rope cos", r.cos.len(), positions * rot / 2, &format!("[{positions}, {}]", rot / 2))?;
-    check_len("rope sin", r.sin.len(), positions * rot / 2, &format!("[{positions}, {}]", rot / 2))
+    check_len("rope cos", r.cos.len(), positions * rot / 2, || format!("[{positions}, {}]", rot / 2))?;
+    check_len("rope sin", r.sin.len(), positions * rot / 2, || format!("[{positions}, {}]", rot / 2))
 }
 
 thread_local! {
@@ -289,10 +291,10 @@ pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &
         return Err(err(format!("k and v have {kv_heads} heads, which must divide q's num_heads={num_heads}")));
     }
     let (h, hkv) = (num_heads * d, kv_heads * d);
-    check_len("q", q.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
-    check_len("k", k.len(), b * seq_k * hkv, &format!("[{b}, {seq_k}, {hkv}]"))?;
-    check_len("v", v.len(), b * seq_k * hkv, &format!("[{b}, {seq_k}, {hkv}]"))?;
-    check_len("out", out.len(), b * seq_q * h, &format!("[{b}, {seq_q}, {h}]"))?;
+    check_len("q", q.len(), b * seq_q * h, || format!("[{b}, {seq_q}, {h}]"))?;
+    check_len("k", k.len(), b * seq_k * hkv, || format!("[{b}, {seq_k}, {hkv}]"))?;
+    check_len("v", v.len(), b * seq_k * hkv, || format!("[{b}, {seq_k}, {hkv}]"))?;
+    check_len("out", out.len(), b * seq_q * h, || format!("[{b}, {seq_q}, {h}]"))?;
     if let Some(t) = &mask.keep {
         check_scores("mask", t, &shape)?;
     }
