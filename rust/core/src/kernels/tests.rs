@@ -493,10 +493,10 @@ fn kernels_projection_matches_reference_over_threads_and_layouts() {
     use super::gemm::{project, WeightsRef};
     use super::par::Par;
     // Row counts on both sides of the k-outer limit (16), K not a multiple of the k-group or of
-    // the thread count, N with a partial panel (and, at N = 200, two groups of panels packed on
-    // the fly, the last one partial); row-major weights (split along K over threads) and
+    // the thread count, N with a partial panel (and, at N = 200 and 500, several groups of panels
+    // packed on the fly, the last one partial); row-major weights (split along K over threads) and
     // packed ones, with and without the bias, serial and over the pool.
-    for (m, k, n) in [(1usize, 7usize, 5usize), (8, 100, 70), (16, 33, 96), (3, 300, 33), (17, 64, 40), (5, 16, 32), (20, 50, 200)] {
+    for (m, k, n) in [(1usize, 7usize, 5usize), (8, 100, 70), (16, 33, 96), (3, 300, 33), (17, 64, 40), (5, 16, 32), (20, 50, 200), (17, 300, 500)] {
         let mut rng = Rng((m * 1000 + k * 10 + n) as u64);
         let (a, w, bias) = (rng.vec(m * k, 1.0), rng.vec(k * n, 1.0), rng.vec(n, 1.0));
         for with_bias in [false, true] {

@@ -143,7 +143,7 @@ fn kernels_pool_vs_rayon() {
     }
 }
 
-/// Where a block's time goes (BERT-base at 1 to 64 tokens, H=384 at 8×128), 1 and 2 threads
+/// Where a block's time goes (BERT-base at 1 to 64 tokens, H=384 at 8 to 1,024 tokens), 1 and 2 threads
 /// (medians; a probe, not a test of speed): the whole prepared block against its two projections
 /// alone and its attention alone; what the parts leave over is hand-offs. `cargo test --release
 /// -p rlx-rules-core kernels_block_phase_timing -- --ignored --nocapture`.
@@ -155,7 +155,7 @@ fn kernels_block_phase_timing() {
     use crate::kernels::par::Par;
     use std::time::Instant;
     let isa = Isa::select(None);
-    for (h, b, s) in [(768usize, 1usize, 1usize), (768, 1, 8), (768, 1, 16), (768, 1, 64), (384, 8, 128)] {
+    for (h, b, s) in [(768usize, 1usize, 1usize), (768, 1, 8), (768, 1, 16), (768, 1, 64), (384, 1, 8), (384, 1, 64), (384, 4, 16), (384, 1, 512), (384, 8, 128)] {
         let heads = h / 64;
         let mut rng = Rng(5);
         let qkv_w = rng.vec(h * 3 * h, 0.05);
