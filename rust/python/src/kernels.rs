@@ -52,15 +52,16 @@ fn f32_arg<'py>(name: &str, obj: &Bound<'py, PyAny>, ndim: usize) -> PyResult<F3
         let (dtype, shape) = (dtype_str(untyped), shape_str(untyped.shape()));
         PyTypeError::new_err(format!("{name} must have dtype float32, got dtype {dtype} with shape {shape}; convert with {name}.astype(numpy.float32)"))
     })?;
-    let shape = shape_str(typed.shape());
+    // (The shape is formatted only for an error: these checks run on every call.)
+    let shape = || shape_str(typed.shape());
     if typed.ndim() != ndim {
-        return Err(kerr("shape", format!("{name} must have {ndim} dimensions, got shape {shape}")));
+        return Err(kerr("shape", format!("{name} must have {ndim} dimensions, got shape {}", shape())));
     }
     if !typed.is_c_contiguous() {
-        return Err(kerr("layout", format!("{name} (shape {shape}) must be C-contiguous; pass numpy.ascontiguousarray({name})")));
+        return Err(kerr("layout", format!("{name} (shape {}) must be C-contiguous; pass numpy.ascontiguousarray({name})", shape())));
     }
     if !typed.is_aligned() || (typed.len() > 0 && !(typed.data() as usize).is_multiple_of(std::mem::align_of::<f32>())) {
-        return Err(kerr("layout", format!("{name} (shape {shape}) is not aligned to 4 bytes (a view at an odd byte offset); pass {name}.copy()")));
+        return Err(kerr("layout", format!("{name} (shape {}) is not aligned to 4 bytes (a view at an odd byte offset); pass {name}.copy()", shape())));
     }
     let array = typed.try_readonly().map_err(|e| kerr("layout", format!("{name}: {e}")))?;
     Ok(F32Arg { array })
@@ -76,8 +77,20 @@ fn opt_f32_arg<'py>(name: &str, obj: Option<&Bound<'py, PyAny>>, ndim: usize) ->
 /// A keep mask of a bool, integer or float dtype as a contiguous, aligned float32 array (a copy
 /// unless it already is one: masks are small next to the activations).
 fn mask_arg<'py>(obj: Option<&Bound<'py, PyAny>>, want: &str) -> PyResult<Option<F32Arg<'py>>> {
+    mask_arg_with(obj, || want.to_string())
+}
+
+/// [`mask_arg`] with the expected shape formatted only for an error message.
+fn mask_arg_with<'py>(obj: Option<&Bound<'py, PyAny>>, want: impl FnOnce() -> String) -> PyResult<Option<F32Arg<'py>>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
-    let untyped = obj.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("mask must be a numpy.ndarray of shape {want}, got a {}", type_name(obj))))?;
+    let untyped = obj.cast::<PyUntypedArray>().map_err(|_| PyTypeError::new_err(format!("mask must be a numpy.ndarray of shape {}, got a {}", want(), type_name(obj))))?;
+    // Already contiguous, aligned float32 (the usual case): taken as it is, without the call into
+    // numpy.require below (a few µs, as much as a whole small block).
+    if let Ok(typed) = untyped.cast::<PyArrayDyn<f32>>() {
+        if typed.is_c_contiguous() && typed.is_aligned() {
+            return f32_arg("mask", obj, typed.ndim()).map(Some);
+        }
+    }
     let kind: String = untyped.dtype().getattr("kind")?.extract()?;
     if !"biuf".contains(kind.as_str()) || kind.len() != 1 {
         return Err(PyTypeError::new_err(format!("mask must have a bool, integer or float dtype, got dtype {} with shape {}", dtype_str(untyped), shape_str(untyped.shape()))));
@@ -184,7 +197,7 @@ fn block_extras<'py>(
     rope_cos: Option<&Bound<'py, PyAny>>,
     rope_sin: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Option<F32Arg<'py>>, Option<RopeArgs<'py>>)> {
-    let mask = mask_arg(mask, &shape_str(&[b, s]))?;
+    let mask = mask_arg_with(mask, || shape_str(&[b, s]))?;
     if let Some(m) = &mask {
         expect_shape("mask", m, &[b, s], "[batch, seq] of hidden")?;
     }

@@ -52,7 +52,7 @@ pub fn resolve_threads(requested: Option<usize>) -> usize {
     if let Some(t) = std::env::var(THREADS_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&t| t > 0) {
         return t;
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    cores()
 }
 
 /// The task function of the phase in flight, lifetime erased (see [`Pool::run`]).
@@ -214,7 +214,8 @@ fn uses_pool(flops: f64, (min_flops, wake_min_flops): (f64, f64), must_wake: boo
     flops >= min_flops && (flops >= wake_min_flops || !must_wake)
 }
 
-/// Number of cores (logical CPUs) available to this process.
+/// Number of cores (logical CPUs) available to this process, read once: the standard library
+/// reads the affinity mask and cgroup quota files each time (tens of µs per call on Linux).
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -248,8 +249,11 @@ impl Par {
     /// more spinning threads than cores would only steal time from each other.
     pub fn run<R>(threads: usize, flops: f64, body: impl FnOnce(Par) -> R) -> R {
         let threads = threads.min(cores());
+        if threads <= 1 {
+            return body(Par::SERIAL);
+        }
         let thresholds = parallel_min_flops();
-        if threads <= 1 || !uses_pool(flops, thresholds, false) {
+        if !uses_pool(flops, thresholds, false) {
             return body(Par::SERIAL);
         }
         let pool = pool(threads);
