@@ -1,5 +1,6 @@
-"""The package's shape: import graph without cycles, no private names across modules, files of bounded size,
-CLI command modules independent of each other, and a CLI that starts without numpy (or onnx) when it can."""
+"""The package's shape: import graph without cycles, no private names across modules, files of bounded size
+(Python and Rust), CLI command modules independent of each other, and a CLI that starts without numpy (or onnx)
+when it can."""
 
 from __future__ import annotations
 
@@ -137,6 +138,20 @@ def test_no_module_imports_a_private_name_of_another():
 def test_no_file_over_the_line_limit():
     long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+RUST_SOURCES = sorted((PACKAGE.parent.parent / "rust").rglob("*.rs"))
+
+
+@pytest.mark.skipif(not RUST_SOURCES, reason="no Rust sources beside this package (an installed wheel)")
+def test_no_rust_file_over_the_line_limit():
+    long = {str(p): n for p in RUST_SOURCES if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+@pytest.mark.skipif(not RUST_SOURCES, reason="no Rust sources beside this package (an installed wheel)")
+def test_every_rust_file_says_what_it_is_for():
+    assert [str(p) for p in RUST_SOURCES if not p.read_text().startswith("//")] == []
 
 
 def test_every_module_says_what_it_is_for():
