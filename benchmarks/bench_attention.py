@@ -1,4 +1,4 @@
-"""Benchmark of the fused attention block (prepared and one-shot) and of attention alone (causal, GQA) against numpy, ONNX Runtime and PyTorch: same inputs, one process, alternating calls, medians, ratios and the roofline bound.
+"""Benchmark of the fused attention block (prepared and one-shot) and of attention alone (causal, GQA, sliding window, soft-cap) against numpy, ONNX Runtime and PyTorch: same inputs, one process, alternating calls, medians, ratios and the roofline bound.
 
 Run (from the repository root, after `pip install -e .` or `maturin develop --release`):
 
@@ -310,38 +310,52 @@ def print_row(row, header=False):
 
 # ---------------------------------------------------------------- attention alone
 
-# (label, B, S, heads, kv_heads, head_dim, causal): BERT-base heads at 512 and 2048 tokens, causal
-# 2048, and grouped-query shapes (Llama-style 32 query heads over 8 K/V heads, and MQA).
+# (label, B, S, heads, kv_heads, head_dim, causal, options): BERT-base heads at 512 and 2048 tokens, causal
+# 2048, grouped-query shapes (Llama-style 32 query heads over 8 K/V heads, and MQA), a sliding window (Mistral's
+# kind, against SDPA with the window as an explicit mask) and a logit soft-cap (Gemma 2's, which SDPA has not:
+# against torch's eager matmul, tanh, softmax, matmul).
 ATTENTION_CASES = [
-    ("MHA 12×64", 1, 512, 12, 12, 64, False),
-    ("MHA 12×64", 1, 2048, 12, 12, 64, False),
-    ("MHA 12×64 causal", 1, 2048, 12, 12, 64, True),
-    ("GQA 32/8×64 causal", 1, 512, 32, 8, 64, True),
-    ("GQA 32/8×64 causal", 1, 2048, 32, 8, 64, True),
-    ("MQA 16/1×64", 1, 512, 16, 1, 64, False),
+    ("MHA 12×64", 1, 512, 12, 12, 64, False, {}),
+    ("MHA 12×64", 1, 2048, 12, 12, 64, False, {}),
+    ("MHA 12×64 causal", 1, 2048, 12, 12, 64, True, {}),
+    ("GQA 32/8×64 causal", 1, 512, 32, 8, 64, True, {}),
+    ("GQA 32/8×64 causal", 1, 2048, 32, 8, 64, True, {}),
+    ("MQA 16/1×64", 1, 512, 16, 1, 64, False, {}),
+    ("MHA 12×64 causal, window 256", 1, 2048, 12, 12, 64, True, {"window": 256}),
+    ("MHA 12×64 soft-cap 50 (torch eager)", 1, 512, 12, 12, 64, False, {"softcap": 50.0}),
 ]
 
 
-def reference_attention(q, k, v, nh, kv, causal):
+def dropped_keys(s: int, causal: bool, window: Optional[int]) -> np.ndarray:
+    """[S, S] True where query i may not see key j (Sq = Sk)."""
+    i, j = np.arange(s)[:, None], np.arange(s)[None, :]
+    drop = (j > i) if causal else np.zeros((s, s), dtype=bool)
+    return drop | (j < i - window) if window is not None else drop
+
+
+def reference_attention(q, k, v, nh, kv, causal, window=None, softcap=None):
     """float64 numpy, one head at a time (the scores of one head only: 2048² doubles)."""
     b, s, h = q.shape
     d = h // nh
     out = np.zeros((b, s, h))
+    drop = dropped_keys(s, causal, window)
     for bi in range(b):
         for hd in range(nh):
             g = hd // (nh // kv)
             qh = q[bi, :, hd * d:(hd + 1) * d].astype(np.float64)
             kh, vh = (t[bi, :, g * d:(g + 1) * d].astype(np.float64) for t in (k, v))
             sc = qh @ kh.T * d**-0.5
-            if causal:
-                sc = np.where(np.arange(s)[None, :] > np.arange(s)[:, None], -np.inf, sc)
+            if softcap is not None:
+                sc = softcap * np.tanh(sc / softcap)
+            sc = np.where(drop, -np.inf, sc)
             p = np.exp(sc - sc.max(axis=-1, keepdims=True))
             out[bi, :, hd * d:(hd + 1) * d] = (p / p.sum(axis=-1, keepdims=True)) @ vh
     return out
 
 
-def make_torch_sdpa(q, k, v, nh, kv, causal):
-    """torch.nn.functional.scaled_dot_product_attention on [B, heads, S, d] views (K/V repeated for GQA)."""
+def make_torch_sdpa(q, k, v, nh, kv, causal, window=None, softcap=None):
+    """torch.nn.functional.scaled_dot_product_attention on [B, heads, S, d] views (K/V repeated for GQA); a window
+    as an explicit boolean mask; a soft-cap, which SDPA has not, as torch's eager matmul, tanh, softmax, matmul."""
     import torch
     import torch.nn.functional as F
 
@@ -349,11 +363,19 @@ def make_torch_sdpa(q, k, v, nh, kv, causal):
     d = h // nh
     qt = torch.from_numpy(q).view(b, s, nh, d).transpose(1, 2)
     kt, vt = (torch.from_numpy(t).view(b, s, kv, d).transpose(1, 2) for t in (k, v))
+    keep = None if window is None else torch.from_numpy(~dropped_keys(s, causal, window))
 
     def run():
         with torch.inference_mode():
             kk, vv = (t.repeat_interleave(nh // kv, dim=1) for t in (kt, vt)) if kv != nh else (kt, vt)
-            return F.scaled_dot_product_attention(qt, kk, vv, is_causal=causal).transpose(1, 2).reshape(b, s, h)
+            if softcap is not None:
+                sc = softcap * torch.tanh((qt @ kk.transpose(-1, -2)) * d**-0.5 / softcap)
+                o = torch.softmax(sc, dim=-1) @ vv
+            elif keep is not None:
+                o = F.scaled_dot_product_attention(qt, kk, vv, attn_mask=keep)
+            else:
+                o = F.scaled_dot_product_attention(qt, kk, vv, is_causal=causal)
+            return o.transpose(1, 2).reshape(b, s, h)
 
     return run
 
@@ -362,26 +384,27 @@ def bench_attention(args) -> None:
     have_torch = available("torch")
     threads_ctl = Threads()
     print(f"# attention alone: SIMD path {K.selected_simd()}, torch {'present' if have_torch else 'not installed (column skipped)'}")
-    print("| case | B×S | thr | rlx µs | torch SDPA µs | torch / rlx | GFLOP/s (rlx) | calls |")
+    print("| case | B×S | thr | rlx µs | torch µs (SDPA unless said) | torch / rlx | GFLOP/s (rlx) | calls |")
     print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(2)
-    for label, b, s, nh, kv, d, causal in ATTENTION_CASES:
+    for label, b, s, nh, kv, d, causal, options in ATTENTION_CASES:
         q = rng.standard_normal((b, s, nh * d), dtype=np.float32)
         k, v = (rng.standard_normal((b, s, kv * d), dtype=np.float32) for _ in range(2))
         kind = "causal" if causal else "none"
-        want = reference_attention(q, k, v, nh, kv, causal)
+        want = reference_attention(q, k, v, nh, kv, causal, **options)
         for t in args.threads:
             threads_ctl.set(t)
-            contenders = {"rlx": lambda: K.attention(q, k, v, num_heads=nh, mask_kind=kind, threads=t)}
+            contenders = {"rlx": lambda: K.attention(q, k, v, num_heads=nh, mask_kind=kind, threads=t, **options)}
             if have_torch:
-                contenders["torch"] = make_torch_sdpa(q, k, v, nh, kv, causal)
+                contenders["torch"] = make_torch_sdpa(q, k, v, nh, kv, causal, **options)
             for name, fn in contenders.items():
                 err = float(np.max(np.abs(np.asarray(fn()) - want)))
                 if err > 2e-3:
                     print(f"# WARNING {name} differs from the float64 reference by {err:.2e} on {label} {b}x{s}")
             res = alternate(contenders, args.rounds, args.budget)
             ours = res["rlx"].median
-            flops = 4.0 * b * s * s * nh * d * (0.5 if causal else 1.0)
+            pairs = s * s * 0.5 if causal and "window" not in options else float((~dropped_keys(s, causal, options.get("window"))).sum())
+            flops = 4.0 * b * pairs * nh * d
             other = f"{fmt_us(res['torch'].median)} | {res['torch'].median / ours:.2f}×" if "torch" in res else "– | –"
             print(f"| {label} | {b}×{s} | {t} | {fmt_us(ours)} | {other} | {flops / ours / 1e9:.1f} | {len(res['rlx'].times)} |")
             sys.stdout.flush()
@@ -451,7 +474,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--bs", nargs="+", default=[f"{b}x{s}" for b, s in SHAPES_BS], help="subset of BxS shapes, e.g. 1x8 8x128")
     parser.add_argument("--quick", action="store_true", help="rounds=10, budget=1 s")
     parser.add_argument("--threshold", action="store_true", help="measure the small-work thresholds instead")
-    parser.add_argument("--attention", action="store_true", help="attention alone only (1x512, 1x2048, causal 1x2048, GQA) against torch SDPA")
+    parser.add_argument("--attention", action="store_true", help="attention alone only (1x512, 1x2048, causal 1x2048, GQA, window, soft-cap) against torch")
     parser.add_argument("--no-attention", action="store_true", help="the fused block only")
     args = parser.parse_args(argv)
     if args.quick:
