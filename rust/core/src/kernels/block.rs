@@ -1,6 +1,6 @@
-//! The fused attention block (`qkv = x·Wqkv + b` → RoPE → attention → `out = ctx·Wout + b`), one-shot or prepared with weights packed once and the score scale folded into Q (prepared: QKV, RoPE and attention in one work item per (batch, head)); plus the standalone `attention` entry point.
+//! The fused attention block (`qkv = x·Wqkv + b` → RoPE → attention → `out = ctx·Wout + b`), one-shot or prepared with weights packed once and the score scale folded into Q (prepared: QKV, RoPE and attention in one work item per (batch, head)); plus the standalone `attention` entry point and its variants (soft-cap, sliding window, V's own head size).
 
-use super::attention::{self, AttnShape, MaskedRows, Masking, RowsView, ScoreTensor};
+use super::attention::{self, AttentionVariant, AttnShape, MaskedRows, Masking, RowsView, ScoreTensor};
 use super::gemm::{project, projection_phases, PackedWeights, SendPtr, WeightsRef, NR};
 use super::par::{resolve_threads, Par};
 use super::rope::{apply_rope, Rope};
@@ -373,15 +373,35 @@ thread_local! {
 /// query `i` row `i + seq_k − seq_q` (the queries are the last positions, as for causal).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &Masking<'_>, rope: Option<Rope<'_>>, scale: Option<f32>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
+    attention_variant(shape, &AttentionVariant::default(), q, k, v, mask, rope, scale, opts, out)
+}
+
+/// [`attention`] with a [`AttentionVariant`]: `out = softmax(mask(softcap(scale·Q Kᵀ) + bias)) V`
+/// per head, the window hiding keys more than `window` positions before each query. Q and K have
+/// heads of `shape.head_dim`, V and `out` heads of `variant.v_head_dim` (default `head_dim`):
+/// `v` is `[batch, seq_k, kv_heads·dv]`, `out` `[batch, seq_q, num_heads·dv]`. RoPE is taken with
+/// the default variant only.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_variant(shape: AttentionShape, variant: &AttentionVariant, q: &[f32], k: &[f32], v: &[f32], mask: &Masking<'_>, rope: Option<Rope<'_>>, scale: Option<f32>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
     let AttentionShape { batch: b, seq_q, seq_k, num_heads, kv_heads, head_dim: d } = shape;
+    if rope.is_some() && *variant != AttentionVariant::default() {
+        return Err(err("rope is taken without a soft-cap, a window or a separate v_head_dim (apply it to q and k first)".into()));
+    }
+    if let Some(c) = variant.softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
+        return Err(err(format!("the soft-cap must be finite and positive, got {c}")));
+    }
     if num_heads == 0 || kv_heads == 0 || !num_heads.is_multiple_of(kv_heads) {
         return Err(err(format!("k and v have {kv_heads} heads, which must divide q's num_heads={num_heads}")));
     }
-    let (h, hkv) = (num_heads * d, kv_heads * d);
+    let dv = variant.v_head_dim.unwrap_or(d);
+    if dv == 0 {
+        return Err(err("v_head_dim must be positive".into()));
+    }
+    let (h, hkv, hv, hkv_v) = (num_heads * d, kv_heads * d, num_heads * dv, kv_heads * dv);
     check_len("q", q.len(), b * seq_q * h, || format!("[{b}, {seq_q}, {h}]"))?;
     check_len("k", k.len(), b * seq_k * hkv, || format!("[{b}, {seq_k}, {hkv}]"))?;
-    check_len("v", v.len(), b * seq_k * hkv, || format!("[{b}, {seq_k}, {hkv}]"))?;
-    check_len("out", out.len(), b * seq_q * h, || format!("[{b}, {seq_q}, {h}]"))?;
+    check_len("v", v.len(), b * seq_k * hkv_v, || format!("[{b}, {seq_k}, {hkv_v}]"))?;
+    check_len("out", out.len(), b * seq_q * hv, || format!("[{b}, {seq_q}, {hv}]"))?;
     if let Some(t) = &mask.keep {
         check_scores("mask", t, &shape)?;
     }
@@ -394,7 +414,7 @@ pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &
         }
         check_rope(r, seq_k, d)?;
     }
-    if b * seq_q == 0 || h == 0 {
+    if b * seq_q == 0 || hv == 0 {
         return Ok(());
     }
     if seq_k == 0 {
@@ -403,13 +423,14 @@ pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &
     let scale = scale.unwrap_or((d as f32).powf(-0.5));
     let isa = Isa::select(opts.isa);
     let threads = resolve_threads(opts.threads);
-    let flops = 4.0 * (b * seq_q * seq_k * h) as f64;
+    let seen = variant.window.map_or(seq_k, |w| w.saturating_add(1).min(seq_k));
+    let flops = 2.0 * (b * seq_q * seen * num_heads * (d + dv)) as f64;
     fn view(data: &[f32], seq: usize, width: usize) -> RowsView<'_> {
         RowsView { data, offset: 0, row_stride: width, batch_stride: seq * width }
     }
     let attn_shape = AttnShape { batch: b, seq_q, seq_k, num_heads, kv_heads, head_dim: d };
     Par::run(threads, flops, |par| match rope {
-        None => attention::attention(isa, &par, attn_shape, view(q, seq_q, h), view(k, seq_k, hkv), view(v, seq_k, hkv), mask, scale, out, h),
+        None => attention::flash(isa, &par, attn_shape, variant, view(q, seq_q, h), view(k, seq_k, hkv), view(v, seq_k, hkv_v), mask, scale, out, hv),
         Some(rope) => {
             let mut with = |buf: &mut Vec<f32>| {
                 buf.clear();
@@ -418,7 +439,7 @@ pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &
                 let (qr, kr) = buf.split_at_mut(q.len());
                 apply_rope(isa, &par, qr, b * seq_q, seq_q, seq_k - seq_q, h, &[0], num_heads, d, rope);
                 apply_rope(isa, &par, kr, b * seq_k, seq_k, 0, hkv, &[0], kv_heads, d, rope);
-                attention::attention(isa, &par, attn_shape, view(qr, seq_q, h), view(kr, seq_k, hkv), view(v, seq_k, hkv), mask, scale, out, h);
+                attention::flash(isa, &par, attn_shape, variant, view(qr, seq_q, h), view(kr, seq_k, hkv), view(v, seq_k, hkv_v), mask, scale, out, hv);
             };
             ROPE_SCRATCH.with(|cell| match cell.try_borrow_mut() {
                 Ok(mut buf) => with(&mut buf),

@@ -8,7 +8,6 @@
 #![allow(clippy::too_many_arguments)]
 
 pub mod attention;
-mod attention_entry;
 mod attention_tile;
 pub mod block;
 pub mod gemm;
@@ -23,8 +22,7 @@ mod tests;
 mod attention_tests;
 
 pub use attention::{AttentionVariant, MaskedRows, Masking, ScoreTensor, MASKED_SCORE};
-pub use attention_entry::attention_variant;
-pub use block::{attention, fused_attention_block, AttentionShape, BlockShape, BlockWeights, PreparedAttentionBlock, RunOptions};
+pub use block::{attention, attention_variant, fused_attention_block, AttentionShape, BlockShape, BlockWeights, PreparedAttentionBlock, RunOptions};
 pub use gemm::PackedWeights;
 pub use par::{resolve_threads, PARALLEL_MIN_FLOPS, THREADS_ENV, WAKE_MIN_FLOPS};
 pub use rope::Rope;
