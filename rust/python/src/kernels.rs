@@ -444,14 +444,9 @@ fn attention<'py>(
             return Err(kerr("argument", format!("scale must be finite, got {sc}")));
         }
     }
-    if let Some(c) = softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
-        return Err(kerr("argument", format!("softcap must be finite and positive, got {c}")));
-    }
     let window = window.map(|w| usize::try_from(w).map_err(|_| kerr("argument", format!("window must be >= 0, got {w}")))).transpose()?;
+    // (the soft-cap's range and RoPE with a variant are the core's checks)
     let variant = core::AttentionVariant { softcap, window, v_head_dim: (dv != d).then_some(dv) };
-    if rope.is_some() && variant != core::AttentionVariant::default() {
-        return Err(kerr("argument", "rope is taken without softcap, window or a v head size other than q's (apply it to q and k first)"));
-    }
     let opts = run_options(threads)?;
     with_output(py, [b, sq, num_heads * dv], |out| {
         let (qs, ks, vs, rope) = (q.slice(), k.slice(), v.slice(), rope_ref(&rope, interleaved));

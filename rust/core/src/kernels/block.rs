@@ -385,10 +385,10 @@ pub fn attention(shape: AttentionShape, q: &[f32], k: &[f32], v: &[f32], mask: &
 pub fn attention_variant(shape: AttentionShape, variant: &AttentionVariant, q: &[f32], k: &[f32], v: &[f32], mask: &Masking<'_>, rope: Option<Rope<'_>>, scale: Option<f32>, opts: RunOptions, out: &mut [f32]) -> Result<(), KernelError> {
     let AttentionShape { batch: b, seq_q, seq_k, num_heads, kv_heads, head_dim: d } = shape;
     if rope.is_some() && *variant != AttentionVariant::default() {
-        return Err(err("rope is taken without a soft-cap, a window or a separate v_head_dim (apply it to q and k first)".into()));
+        return Err(err("rope is taken without softcap, window or a v head size other than q's (apply it to q and k first)".into()));
     }
     if let Some(c) = variant.softcap.filter(|c| !(c.is_finite() && *c > 0.0)) {
-        return Err(err(format!("the soft-cap must be finite and positive, got {c}")));
+        return Err(err(format!("softcap must be finite and positive, got {c} (the logit soft-cap)")));
     }
     if num_heads == 0 || kv_heads == 0 || !num_heads.is_multiple_of(kv_heads) {
         return Err(err(format!("k and v have {kv_heads} heads, which must divide q's num_heads={num_heads}")));
