@@ -57,8 +57,9 @@ fn kernels_row_major_projection_is_exact_at_every_alignment() {
 
 /// Not a pass/fail test: prints row-major / packed projection times at K=768, N=2304 and 768 for
 /// weights at offsets from a cache line (numpy's are 16 bytes past one), panels shifted to a line
-/// against not, with 32 MiB of other memory written between calls. `cargo test --release -p
-/// rlx-rules-core --lib kernels_row_major_timing -- --ignored --nocapture`.
+/// against not, with 32 MiB of other memory written between calls (`RLX_PROBE_M=1,8` picks the
+/// row counts; above 16 both columns run the same code, packing on the fly). `cargo test
+/// --release -p rlx-rules-core --lib kernels_row_major_timing -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn kernels_row_major_timing() {
@@ -73,7 +74,7 @@ fn kernels_row_major_timing() {
         for offset in [0usize, 4] {
             buf[start + offset..start + offset + k * n].copy_from_slice(&vals);
             let w = &buf[start + offset..start + offset + k * n];
-            for m in [1usize, 4, 8, 16] {
+            for m in std::env::var("RLX_PROBE_M").ok().map_or(vec![1usize, 4, 8, 16], |s| s.split(',').map(|x| x.parse().expect("m")).collect()) {
                 let a = rng.vec(m * k, 1.0);
                 for threads in [1usize, 2] {
                     let mut c = vec![0.0f32; m * n];
