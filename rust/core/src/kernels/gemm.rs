@@ -8,6 +8,8 @@
 //! weights, numbered so that every thread streams its own contiguous stretch; contiguous ranges of
 //! panels for row-major weights.
 
+use super::gemm_rows::{project_ksplit, project_rows, KOUTER_MAX_ROWS};
+pub(crate) use super::gemm_rows::projection_phases;
 use super::par::Par;
 use super::simd::{dispatch, prefetch, Isa};
 
@@ -151,7 +153,13 @@ impl<'a> WeightsRef<'a> {
         WeightsRef { k, n, data, packed: false, bias }
     }
 
-    fn n_panels(&self) -> usize {
+    /// Rows `[r0, r1)` of row-major weights, with the bias only when `r0 == 0`.
+    pub fn rows(&self, r0: usize, r1: usize) -> Self {
+        debug_assert!(!self.packed && r0 <= r1 && r1 <= self.k);
+        WeightsRef { k: r1 - r0, n: self.n, data: &self.data[r0 * self.n..r1 * self.n], packed: false, bias: if r0 == 0 { self.bias } else { None } }
+    }
+
+    pub fn n_panels(&self) -> usize {
         self.n.div_ceil(NR)
     }
 
@@ -229,169 +237,9 @@ pub(crate) fn project(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: W
     par.for_each(n_tasks, |task| {
         let p0 = task * n_panels / n_tasks;
         let p1 = (task + 1) * n_panels / n_tasks;
-        if m <= KOUTER_MAX_ROWS {
-            // SAFETY: lengths checked above; tasks own disjoint column panels of C.
-            unsafe { project_few_rows(isa, m, a, lda, &w, p0, p1, cptr, ldc) };
-        } else {
-            // SAFETY: as above.
-            unsafe { project_panels(isa, m, a, lda, &w, p0, p1, cptr, ldc) };
-        }
+        // SAFETY: lengths checked above; tasks own disjoint column panels of C.
+        unsafe { project_rows(isa, m, a, lda, &w, p0, p1, cptr, ldc) };
     });
-}
-
-thread_local! {
-    /// The other threads' partial products of a K-split projection, kept between calls.
-    static KSPLIT_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// `project` of few rows on row-major weights over several threads, split along K: thread `t`
-/// multiplies A's columns and W's rows `[k_t, k_{t+1})` (one contiguous block of the weights,
-/// streamed in the same order as by a single thread) into C (thread 0, with the bias) or into a
-/// partial product, which a second phase adds into C. Splitting N instead (contiguous panel
-/// ranges, 4 tasks per thread) gave each thread short runs of every weight row, and 2 threads were
-/// slower than 1: K=768, N=2304, weights hot, medians of 200 calls on AMD EPYC (Zen 4), 1 thread
-/// against N-split against K-split: 8 rows 306 / 368 / 169 µs, 16 rows 737 / 800 / 442 µs,
-/// 1 row 88 / 135 / 103 µs.
-#[allow(clippy::too_many_arguments)]
-fn project_ksplit(isa: Isa, par: &Par, m: usize, a: &[f32], lda: usize, w: WeightsRef<'_>, c: &mut [f32], ldc: usize) {
-    let (k, n, t) = (w.k, w.n, par.threads);
-    let kchunk = k.div_ceil(t).div_ceil(KGROUP) * KGROUP;
-    let n_panels = w.n_panels();
-    let cptr = SendPtr(c.as_mut_ptr());
-    KSPLIT_SCRATCH.with(|cell| {
-        let mut guard = cell.try_borrow_mut().ok();
-        let mut fresh = Vec::new();
-        let partial: &mut Vec<f32> = guard.as_deref_mut().unwrap_or(&mut fresh);
-        partial.resize((t - 1) * m * n, 0.0);
-        let pptr = SendPtr(partial.as_mut_ptr());
-        par.for_each(t, |task| {
-            let (k0, k1) = ((task * kchunk).min(k), ((task + 1) * kchunk).min(k));
-            // Thread 0 writes C (stride ldc) with the bias; the others their partial [m, n].
-            // SAFETY: each task writes its own buffer; lengths checked by `project`.
-            let (out, ld) = if task == 0 { (cptr, ldc) } else { (SendPtr(unsafe { pptr.add((task - 1) * m * n) }), n) };
-            if k0 >= k1 {
-                for r in 0..m {
-                    // SAFETY: as above.
-                    unsafe { std::ptr::write_bytes(out.add(r * ld), 0, n) };
-                }
-                return;
-            }
-            let sub = WeightsRef { k: k1 - k0, n, data: &w.data[k0 * n..k1 * n], packed: false, bias: if task == 0 { w.bias } else { None } };
-            let a_sub = &a[k0..];
-            // SAFETY: `a_sub` holds m rows of stride lda with k1 - k0 columns; `out` m rows of n.
-            unsafe { project_few_rows(isa, m, a_sub, lda, &sub, 0, n_panels, out, ld) };
-        });
-        // C += the partial products, columns split over the threads.
-        let partial = &*partial;
-        let cols = n.div_ceil(t);
-        par.for_each(t, |task| {
-            let (c0, c1) = ((task * cols).min(n), ((task + 1) * cols).min(n));
-            for r in 0..m {
-                for p in 0..t - 1 {
-                    let src = &partial[p * m * n + r * n..][c0..c1];
-                    // SAFETY: tasks own disjoint columns of C.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(cptr.add(r * ldc + c0), c1.saturating_sub(c0)) };
-                    for (d, s) in dst.iter_mut().zip(src) {
-                        *d += s;
-                    }
-                }
-            }
-        });
-    });
-}
-
-/// Up to this many rows, row-major weights are read k-group by k-group across all of a task's
-/// panels (sequential streams the prefetcher follows), with C kept in L2 between groups.
-const KOUTER_MAX_ROWS: usize = 16;
-
-/// Parallel phases (hand-offs between the threads) of one projection of `m` rows: two for
-/// row-major weights split along K (the partial products, then their sum), else one.
-pub(crate) fn projection_phases(m: usize, w: &WeightsRef<'_>) -> usize {
-    if !w.packed && m <= KOUTER_MAX_ROWS {
-        2
-    } else {
-        1
-    }
-}
-/// Weight rows per k-group of the k-outer order. Each group reads and writes C once, so a larger
-/// group moves less C per weight; 16 rows against 8 on AMD Zen 4 (medians of eight alternating
-/// probe runs): 1.1–1.2× faster on AVX-512 and 1.2–1.7× on AVX2 for M = 1 to 16, while 32 rows
-/// (32 streams at once) was slower than 16.
-const KGROUP: usize = 16;
-
-/// Panels `[p0, p1)` of row-major weights for `m <= KOUTER_MAX_ROWS` rows: full panels k-group by
-/// k-group, the partial one copied. (Reading full panels in place, all rows' accumulators in
-/// registers and rows prefetched ahead, was 1.1x faster at 8-16 rows with the weights hot in L3
-/// and TLB, but 2-6x slower in a process that does anything else between calls: each panel row
-/// sits on its own page.)
-#[allow(clippy::too_many_arguments)]
-unsafe fn project_few_rows(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
-    let full_panels = w.n / NR;
-    project_kouter(isa, m, a, lda, w, p0, p1.min(full_panels), c, ldc);
-    project_panels(isa, m, a, lda, w, p0.max(full_panels), p1, c, ldc);
-}
-
-/// Full panels `[p0, p1)` of row-major weights, k-outer order.
-#[allow(clippy::too_many_arguments)]
-unsafe fn project_kouter(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
-    if p0 >= p1 {
-        return;
-    }
-    let (k, ldb) = (w.k, w.n);
-    let b = w.data.as_ptr();
-    let bias: *const f32 = w.bias.map_or(std::ptr::null(), |x| x.as_ptr());
-    let a = a.as_ptr();
-    let c = c.0;
-    dispatch!(isa, |S| (m: usize, k: usize, a: *const f32, lda: usize, b: *const f32, ldb: usize, bias: *const f32, c: *mut f32, ldc: usize, p0: usize, p1: usize) {
-        match (S::LANES, S::GEMM_MR) {
-            (16, 12) => kouter::<S, 12, 2>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
-            (8, 3) => kouter::<S, 3, 4>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
-            (4, 3) => kouter::<S, 3, 8>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
-            _ => kouter::<S, 2, { NR / 8 }>(m, k, a, lda, b, ldb, bias, c, ldc, p0, p1),
-        }
-    });
-}
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn kouter<S: super::simd::Simd, const MR: usize, const NV: usize>(
-    m: usize,
-    k: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    bias: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    p0: usize,
-    p1: usize,
-) {
-    let mut k0 = 0;
-    while k0 < k {
-        let kg = KGROUP.min(k - k0);
-        let first = k0 == 0;
-        for p in p0..p1 {
-            let col = p * NR;
-            let bias_p = if bias.is_null() || !first { std::ptr::null() } else { bias.add(col) };
-            let mut r0 = 0;
-            while r0 < m {
-                let rows = MR.min(m - r0);
-                let (a_r, b_k, c_r) = (a.add(r0 * lda + k0), b.add(k0 * ldb + col), c.add(r0 * ldc + col));
-                macro_rules! rows_case {
-                    ($($r:literal)*) => {
-                        match rows {
-                            $($r if $r <= MR => micro::<S, $r, NV>(kg, a_r, lda, b_k, ldb, bias_p, !first, false, c_r, ldc),)*
-                            _ => unreachable!(),
-                        }
-                    };
-                }
-                rows_case!(1 2 3 4 5 6 7 8 9 10 11 12);
-                r0 += rows;
-            }
-        }
-        k0 += kg;
-    }
 }
 
 /// Computes, for all rows, the columns of C under panels `[p0, p1)`.
@@ -400,7 +248,12 @@ unsafe fn kouter<S: super::simd::Simd, const MR: usize, const NV: usize>(
 /// zero-padded buffer that stays in L2 while every row block uses it (each weight row is then read
 /// as one contiguous run; a partial panel must be copied anyway, as read in place it would run
 /// past the matrix).
-unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
+///
+/// # Safety
+/// `a` holds `m` rows of stride `lda` with `w.k` columns, `c` `m` rows of stride `ldc` with the
+/// panels' columns; no other thread writes those columns of C.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn project_panels(isa: Isa, m: usize, a: &[f32], lda: usize, w: &WeightsRef<'_>, p0: usize, p1: usize, c: SendPtr, ldc: usize) {
     let k = w.k;
     let mut buf = if w.packed { AlignedFloats::default() } else { PANEL_SCRATCH.with(|cell| cell.take()) };
     let mut g0 = p0;
@@ -531,7 +384,7 @@ unsafe fn panel_rows<S: super::simd::Simd, const MR: usize, const NV: usize>(
 /// (in tiles of at least [`PREFETCH_MIN_ROWS`] rows).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
+pub(super) unsafe fn micro<S: super::simd::Simd, const MR: usize, const NV: usize>(
     k: usize,
     a: *const f32,
     lda: usize,

@@ -11,6 +11,7 @@ pub mod attention;
 mod attention_tile;
 pub mod block;
 pub mod gemm;
+mod gemm_rows;
 pub mod par;
 pub mod roofline;
 pub mod rope;

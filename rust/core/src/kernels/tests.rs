@@ -5,6 +5,9 @@ use super::*;
 /// The ignored timing probes, which share this file's generator and references.
 mod timing;
 
+/// The one-shot projections on row-major weights at every alignment.
+mod row_major;
+
 /// Small deterministic generator (xorshift64*), uniform in [-1, 1).
 struct Rng(u64);
 
