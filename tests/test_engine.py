@@ -128,6 +128,26 @@ def test_apply_leaves_the_input_graph_unchanged(rules):
     assert graph.to_json() == before
 
 
+def test_an_apply_that_takes_the_graph_gives_the_same_result_and_leaves_it_consumed(rules):
+    # The CLI's path: the core takes the input's nodes instead of copying them; the input then refuses every use.
+    doc = rlx_rules.examples.bert_encoder(layers=2)
+    expected, expected_report = rules.apply(rlx_rules.load_graph(doc), explain=True)
+    graph = rlx_rules.load_graph(doc)
+    fused, report = rules._apply_taking(graph, explain=True)
+    assert fused.to_json() == expected.to_json()
+    assert report.data["ops_after"] == expected_report.data["ops_after"] and report.rewrites == expected_report.rewrites
+    for use in (len, lambda g: g.to_json(), lambda g: g.name, lambda g: g.field("x"), lambda g: rules.apply(g)):
+        with pytest.raises(rlx_rules.GraphError, match="consumed") as caught:
+            use(graph)
+        assert caught.value.kind == "consumed"
+    quiet, none = rules._apply_taking(rlx_rules.load_graph(doc), report=False)
+    assert none is None and quiet.to_json() == expected.to_json()
+    with pytest.raises(rlx_rules.ApplyError, match="budget") as limit:  # a limit still returns the work done
+        rules._apply_taking(rlx_rules.load_graph(doc), max_rewrites=1)
+    stopped, _ = rules.apply(rlx_rules.load_graph(doc), max_rewrites=1, on_limit="stop")
+    assert limit.value.graph.to_json() == stopped.to_json() and len(stopped) < len(doc["nodes"])
+
+
 def test_symbolic_dims_compare_by_name_and_never_equal_a_number():
     rules = rlx_rules.compile_text("""
 rule same_batch {

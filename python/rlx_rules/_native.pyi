@@ -49,7 +49,8 @@ class OutputError(RlxRulesError, OSError):
 # ---- engine ----
 @final
 class Graph:
-    """A validated graph held in Rust (immutable)."""
+    """A validated graph held in Rust (immutable; once an apply with consume=True took it, every method raises
+    GraphError, kind "consumed")."""
 
     @staticmethod
     def from_json(text: str, max_nodes: Optional[int] = None) -> Graph: ...
@@ -86,12 +87,14 @@ class Program:
         explain: Optional[str] = None,
         explain_rule: Optional[str] = None,
         explain_node: Optional[int] = None,
+        consume: bool = False,
     ) -> tuple[Graph, str]:
         """Apply to `graph` with resolved parameter values (a JSON object); returns (new graph, report JSON).
 
         Limits (None: 10 million rewrites, 600 s, 1000 iterations per phase) stop the apply with the work done;
         the report's `stop` is fixpoint, iteration_cap, rewrite_limit or time_budget. With on_limit="raise" a
-        rewrite or time limit raises ApplyError holding that work; with "stop" it is returned."""
+        rewrite or time limit raises ApplyError holding that work; with "stop" it is returned. With consume=True
+        the apply takes `graph`'s nodes instead of copying the survivors, and `graph` is left consumed."""
     def to_bytes(self) -> bytes:
         """The validated program in a compact binary form (postcard), for the compiled-rule cache."""
     @staticmethod

@@ -145,6 +145,19 @@ class RuleSet:
         _, report = self._run(graph, params, explain="all" if all else "best", explain_rule=rule, explain_node=node)
         return report.near_misses
 
+    def _apply_taking(self, graph: Graph, *, report: bool = True, explain: bool = False,
+                      max_rewrites: Optional[int] = None, time_budget_s: Optional[float] = None,
+                      max_iterations: Optional[int] = None,
+                      fail_after_rewrites: Optional[int] = None) -> tuple[Graph, Optional[Report]]:
+        """`apply` (`rewrite` without `report`) for a caller that never reads `graph` again (the CLI): the core takes
+        its nodes instead of copying the ones that survive, and `graph` is left consumed (its methods raise
+        GraphError). Not public: the public methods leave a user's graph unchanged."""
+        options = dict(_limits(max_rewrites, time_budget_s, max_iterations, fail_after_rewrites), consume=True)
+        if report:
+            options["explain"] = "unfired" if explain else None
+        native_graph, report_json, in_force = self._apply_native(graph, None, **options)
+        return Graph(native_graph), _report(report_json, in_force) if report else None
+
     def _run(self, graph, params, **options) -> tuple[Graph, Report]:
         native_graph, report_json, in_force = self._apply_native(graph, params, **options)
         return Graph(native_graph), _report(report_json, in_force)

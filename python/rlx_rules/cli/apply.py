@@ -61,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
     limits = {"max_rewrites": args.max_rewrites, "time_budget_s": args.time_budget,
               "max_iterations": args.max_iterations, "fail_after_rewrites": int(fail_after) if fail_after else None}
+    weights_file = graph.weights_file  # read now: the apply consumes the graph
     with progress(f"rlx-rules apply: {args.graph}", quiet=args.quiet):
-        if args.quiet and not args.json:  # no report is printed: none is built (a faster start)
-            fused, report = rules.rewrite(graph, **limits), None
-        else:
-            fused, report = rules.apply(graph, explain=args.explain, **limits)
+        # The input graph is never read again: the core takes its nodes rather than copying them. With no report
+        # printed, none is built (a faster start).
+        fused, report = rules._apply_taking(graph, report=args.json or not args.quiet, explain=args.explain, **limits)
     out = args.output or default_output(args.graph)
     to_stdout = out == "-"
     if not to_stdout and same_file(out, args.graph) and not args.in_place:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                 from ..onnx.importer import write_graph_with_weights
                 write_graph_with_weights(fused, out, onnx_weights, pretty=args.pretty, inputs=[*args.rules, args.graph])
             else:
-                fused.write(out, pretty=args.pretty, inputs=[*args.rules, graph.weights_file])
+                fused.write(out, pretty=args.pretty, inputs=[*args.rules, weights_file])
         except GraphError as e:
             return fail(e, ExitCode.OUTPUT_ERROR)
     stream = sys.stderr if to_stdout else sys.stdout

@@ -203,7 +203,7 @@ impl Matcher {
                 }
                 Instr::Guard { expr, .. } => {
                     let holds = match &prep.checks[pc] {
-                        Some(check) => check.holds(graph, &self.slots),
+                        Some(check) => check.holds(graph, &self.slots, params),
                         None => Env::new(graph, &self.slots, params).truth(expr) == Ok(true),
                     };
                     if !holds && !observer.guard_failed(pc) {

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::expr::{compare, json_equal};
+use crate::expr::{compare, json_equal, Env, Val};
 use crate::graph::{Dim, Sym};
 use crate::program::{BinOp, Builtin, Expr, Instr, Rule};
 use crate::workgraph::WorkGraph;
@@ -27,6 +27,51 @@ pub enum Check {
     AttrLit { slot: usize, key: String, lit: Value, equal: bool },
     /// `shape(a) == shape(b)`.
     ShapeEq { a: usize, b: usize },
+    /// `slot.key == int` (or `!=`), where `int` is integer arithmetic over literals, attributes and ranks
+    /// (`q.len == attn.num_heads * attn.head_dim`): computed in place while every value is an integer and no
+    /// step overflows, else by evaluating `guard`, the whole expression.
+    AttrInt { slot: usize, key: String, int: IntExpr, equal: bool, guard: Expr },
+}
+
+/// Integer arithmetic over literals, attributes and ranks, computed without the evaluator's values.
+#[derive(Clone, Debug)]
+pub enum IntExpr {
+    Lit(i64),
+    Attr(usize, String),
+    Rank(usize),
+    Bin(BinOp, Box<IntExpr>, Box<IntExpr>),
+}
+
+impl IntExpr {
+    /// The integer form of `e`, if it is one (none holds a bare literal: that is [`Check::AttrLit`]'s).
+    fn of(e: &Expr) -> Option<IntExpr> {
+        Some(match e {
+            Expr::Lit(v) => IntExpr::Lit(v.as_i64()?),
+            Expr::Attr(key, of) => IntExpr::Attr(slot(of)?, key.clone()),
+            Expr::Bin(op @ (BinOp::Add | BinOp::Sub | BinOp::Mul), l, r) => {
+                IntExpr::Bin(*op, Box::new(IntExpr::of(l)?), Box::new(IntExpr::of(r)?))
+            }
+            _ => IntExpr::Rank(call_on_slot(e, Builtin::Rank)?),
+        })
+    }
+
+    /// The value, where the evaluator would give the same integer; None where it would not give an integer
+    /// (a value that is not one, a missing attribute or shape, an overflow), which the caller evaluates.
+    fn value(&self, graph: &WorkGraph, slots: &[usize]) -> Option<i64> {
+        match self {
+            IntExpr::Lit(n) => Some(*n),
+            IntExpr::Attr(slot, key) => graph.node(slots[*slot]).attrs.get(key)?.as_i64(),
+            IntExpr::Rank(slot) => graph.rank(slots[*slot]).and_then(|r| i64::try_from(r).ok()),
+            IntExpr::Bin(op, l, r) => {
+                let (l, r) = (l.value(graph, slots)?, r.value(graph, slots)?);
+                match op {
+                    BinOp::Add => l.checked_add(r),
+                    BinOp::Sub => l.checked_sub(r),
+                    _ => l.checked_mul(r),
+                }
+            }
+        }
+    }
 }
 
 /// One rule, resolved against a work graph.
@@ -179,6 +224,13 @@ impl Check {
                         lit: lit.clone(),
                         equal: *cmp == BinOp::Eq,
                     }),
+                    (Expr::Attr(key, of), Expr::Bin(..) | Expr::Call(..), BinOp::Eq | BinOp::Ne) => Some(Check::AttrInt {
+                        slot: slot(of)?,
+                        key: key.clone(),
+                        int: IntExpr::of(r)?,
+                        equal: *cmp == BinOp::Eq,
+                        guard: expr.clone(),
+                    }),
                     _ => None,
                 }
             }
@@ -192,8 +244,8 @@ impl Check {
         }
     }
 
-    /// Whether the guard holds with `slots` bound.
-    pub fn holds(&self, graph: &WorkGraph, slots: &[usize]) -> bool {
+    /// Whether the guard holds with `slots` bound (`params`: the parameter values, for a guard evaluated whole).
+    pub fn holds(&self, graph: &WorkGraph, slots: &[usize], params: &[Val]) -> bool {
         match self {
             Check::Uses { slot, cmp, n } => compare(*cmp, graph.uses(slots[*slot]) as i64, *n).unwrap_or(false),
             Check::Rank { slot, cmp, n } => graph.rank(slots[*slot]).is_some_and(|r| compare(*cmp, r as i64, *n).unwrap_or(false)),
@@ -215,6 +267,13 @@ impl Check {
                             })
                     }
                     _ => false,
+                }
+            }
+            Check::AttrInt { slot, key, int, equal, guard } => {
+                let value = graph.node(slots[*slot]).attrs.get(key).and_then(Value::as_i64);
+                match value.zip(int.value(graph, slots)) {
+                    Some((a, b)) => (a == b) == *equal,
+                    None => Env::new(graph, slots, params).truth(guard) == Ok(true),
                 }
             }
         }

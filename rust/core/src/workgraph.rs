@@ -14,9 +14,11 @@ use crate::graph::{Dim, Graph, IdIndex, Interner, Node, NodeId, Shape, Sym};
 use crate::kernels::simd::prefetch;
 
 mod lists;
+mod pages;
 mod result;
 
 use lists::{Head, Lists, OpTable};
+use pages::huge_vec;
 
 /// A `rank` entry that sends the reader to the node itself.
 const ASK_NODE: u8 = u8::MAX;
@@ -110,8 +112,8 @@ impl Flat {
     fn fill(base: &[Node], index: Option<&IdIndex>) -> Option<Flat> {
         let n = base.len();
         // Room for the nodes that rewrites add, and a first guess at the edges (untouched room costs no memory).
-        let mut hot: Vec<Hot> = Vec::with_capacity(n + n / 4 + 16);
-        let mut in_data = Vec::with_capacity(2 * n + 16);
+        let mut hot: Vec<Hot> = huge_vec(n + n / 4 + 16);
+        let mut in_data = huge_vec(2 * n + 16);
         let mut ops = OpTable::default();
         let mut max_id = None;
         for (i, node) in base.iter().enumerate() {
@@ -183,7 +185,7 @@ impl<'g> WorkGraph<'g> {
         let e_room = edges + edges / 4 + 16;
         in_data.reserve(e_room - edges);
         let mut consumers = Lists::with_lengths(hot.iter_mut().map(|h| &mut h.consumers), e_room + n + n / 4 + 16);
-        let mut in_pos = Vec::with_capacity(e_room);
+        let mut in_pos = huge_vec(e_room);
         in_pos.resize(edges, 0u32);
         for i in 0..n {
             let h = hot[i];
@@ -208,7 +210,7 @@ impl<'g> WorkGraph<'g> {
             added_key: Vec::with_capacity(n / 4 + 16),
             base,
             // Room for the nodes rewrites add (untouched room costs no memory; growing would copy every node).
-            added: Vec::with_capacity(n / 4 + 16),
+            added: huge_vec(n / 4 + 16),
             in_data,
             in_pos,
             consumers,

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use std::time::Duration;
 
-use rlx_rules_core::apply::{apply, time_budget_from_secs, ApplyError, ApplyOptions, StopReason};
+use rlx_rules_core::apply::{apply, apply_borrowed, time_budget_from_secs, ApplyError, ApplyOptions, StopReason};
 use rlx_rules_core::graph::Graph;
 use rlx_rules_core::program::{Program, ProgramErrorKind};
 use rlx_rules_core::registry::Registry;
@@ -155,6 +155,31 @@ fn the_callers_iteration_limit_caps_a_rule_files_max_iterations() {
     assert_eq!((phase.iterations, phase.max_iterations, phase.stop), (5, 5, StopReason::IterationCap));
     assert_eq!(phase.still_firing, ["a", "b"]);
     assert_eq!(report.stop, StopReason::IterationCap);
+}
+
+#[test]
+fn a_graph_that_grows_is_placed_alike_whether_the_apply_owns_it_or_borrows_it() {
+    // `a = Relu(x) => b = Relu(x); a => Add(b, b)` adds a node per rewrite: the result has more nodes than were
+    // loaded, so the owned apply cannot place them in the loaded nodes' own array.
+    let new = |name: &str, op: &str, inputs: Value, replaces: Value| {
+        let of_root = |f: &str| json!({"call": f, "args": [{"slot": 0}]});
+        json!({"name": name, "op": op, "inputs": inputs, "attrs": [], "shape": of_root("shape"), "dtype": of_root("dtype"),
+               "replaces": replaces})
+    };
+    let mut rule = flip_rule("double", "Relu", "Relu");
+    rule["rewrite"] = json!([new("b", "Relu", json!([{"slot": 1}]), Value::Null), new("a", "Add", json!([{"new": 0}, {"new": 0}]), json!(0))]);
+    let grow = json!({"format": "rlx-program", "version": 1, "phases": [{"name": "flip", "max_iterations": 3, "rules": ["double"]}],
+        "rules": [rule]});
+    let p = Program::from_json_str(&grow.to_string()).unwrap();
+    let text = r#"{"format": "rlx-graph", "version": 1, "nodes": [{"id": 0, "op": "Input", "shape": [2], "dtype": "f32"},
+        {"id": 1, "op": "Relu", "inputs": [0], "shape": [2], "dtype": "f32"},
+        {"id": 2, "op": "Relu", "inputs": [1], "shape": [2], "dtype": "f32"}], "outputs": [2]}"#;
+    let opts = ApplyOptions::default();
+    let (owned, report) = apply(load(text), &p, &Map::new(), Registry::builtin(), &opts).unwrap();
+    let (borrowed, _) = apply_borrowed(&load(text), &p, &Map::new(), Registry::builtin(), &opts).unwrap();
+    assert_eq!(report.stop, StopReason::IterationCap);
+    assert!(owned.nodes.len() > 3, "the graph grew: {} nodes", owned.nodes.len());
+    assert_eq!(owned.to_json_string(), borrowed.to_json_string());
 }
 
 /// `n = FROM(x) => TO(x)` as compiled rule JSON.

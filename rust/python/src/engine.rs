@@ -1,12 +1,13 @@
 //! Python bindings of the rule engine: Graph and Program objects; errors raised as rlx_rules.errors types.
 
 use std::path::PathBuf;
+use std::sync::{PoisonError, RwLock};
 
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
-use rlx_rules_core::apply::{apply_borrowed, time_budget_from_secs, ApplyOptions, Report};
+use rlx_rules_core::apply::{apply, apply_borrowed, time_budget_from_secs, ApplyOptions, Report};
 use rlx_rules_core::explain::ExplainOptions;
 use rlx_rules_core::graph::{Graph, DEFAULT_MAX_BYTES, DEFAULT_MAX_NODES};
 use rlx_rules_core::program::Program;
@@ -32,11 +33,33 @@ fn lone_surrogate(class: Class, what: &str) -> PyErr {
     new_err(class, "json", format!("{what}: the text holds a lone surrogate (not valid Unicode)"))
 }
 
-/// A validated graph, held in Rust. Immutable: apply returns a new one.
+/// A validated graph, held in Rust. Immutable: apply returns a new one, unless told to consume this one (the
+/// CLI, which never reads its input again), after which every method raises GraphError (kind "consumed").
 #[pyclass(name = "Graph", module = "rlx_rules._native", frozen)]
 pub struct PyGraph {
-    inner: Graph,
+    /// The graph, and whether an apply consumed it (it is then empty). The lock is only ever taken with the GIL
+    /// released, so a thread waiting for it never holds up one that needs the GIL to let it go.
+    inner: RwLock<(Graph, bool)>,
     warnings: Vec<String>,
+}
+
+fn consumed() -> PyErr {
+    new_err(Class::Graph, "consumed", "this graph was consumed by an apply that took its nodes (consume=True)")
+}
+
+impl PyGraph {
+    fn new(graph: Graph, warnings: Vec<String>) -> PyGraph {
+        PyGraph { inner: RwLock::new((graph, false)), warnings }
+    }
+
+    /// `f` of the graph, run without the GIL; GraphError (kind "consumed") once an apply consumed it.
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Graph) -> R + Send) -> PyResult<R> {
+        py.detach(|| {
+            let guard = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+            (!guard.1).then(|| f(&guard.0))
+        })
+        .ok_or_else(consumed)
+    }
 }
 
 /// Graphs of at least this many nodes are freed on a thread of their own: freeing 290k nodes takes 20-30 ms that
@@ -45,8 +68,9 @@ const BACKGROUND_FREE_NODES: usize = 1 << 16;
 
 impl Drop for PyGraph {
     fn drop(&mut self) {
-        if self.inner.nodes.len() >= BACKGROUND_FREE_NODES {
-            let nodes = std::mem::take(&mut self.inner.nodes);
+        let (graph, _) = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if graph.nodes.len() >= BACKGROUND_FREE_NODES {
+            let nodes = std::mem::take(&mut graph.nodes);
             // Where no thread can start, the closure, and the nodes with it, are dropped here instead.
             let _ = std::thread::Builder::new().name("rlx-free".into()).spawn(move || drop(nodes));
         }
@@ -63,7 +87,7 @@ impl PyGraph {
         let max = max_nodes_arg(max_nodes)?;
         let loaded = py.detach(|| Graph::from_json_slice_max(text.as_bytes(), Registry::builtin(), max));
         let (inner, warnings) = loaded.map_err(core_err)?;
-        Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
+        Ok(PyGraph::new(inner, warnings.into_iter().map(|w| w.message).collect()))
     }
 
     /// Read, parse and validate a graph.json file (at most `max_bytes` bytes; default 1 GiB).
@@ -74,12 +98,12 @@ impl PyGraph {
         let max_bytes = count_arg("max_bytes", max_bytes)?.unwrap_or(DEFAULT_MAX_BYTES);
         let loaded = py.detach(|| Graph::from_path_limits(&path, Registry::builtin(), max, max_bytes));
         let (inner, warnings) = loaded.map_err(core_err)?;
-        Ok(PyGraph { inner, warnings: warnings.into_iter().map(|w| w.message).collect() })
+        Ok(PyGraph::new(inner, warnings.into_iter().map(|w| w.message).collect()))
     }
 
     #[pyo3(signature = (pretty = false))]
-    fn to_json(&self, py: Python<'_>, pretty: bool) -> String {
-        py.detach(|| if pretty { self.inner.to_json_string_pretty() } else { self.inner.to_json_string() })
+    fn to_json(&self, py: Python<'_>, pretty: bool) -> PyResult<String> {
+        self.with(py, |g| if pretty { g.to_json_string_pretty() } else { g.to_json_string() })
     }
 
     /// Write the graph's JSON (the bytes of to_json) to the open file descriptor `fd`, without the GIL; the
@@ -87,13 +111,13 @@ impl PyGraph {
     /// failed write raises OutputError (an OSError with the errno; kind "io"). Unix only.
     #[pyo3(signature = (fd, pretty = false))]
     fn write_to_fd(&self, py: Python<'_>, fd: i32, pretty: bool) -> PyResult<()> {
-        py.detach(|| crate::fd_write::write_to_fd(&self.inner, fd, pretty)).map_err(os_err)
+        self.with(py, |g| crate::fd_write::write_to_fd(g, fd, pretty))?.map_err(os_err)
     }
 
     /// Write atomically (temporary file, then rename).
     #[pyo3(signature = (path, pretty = false))]
     fn write(&self, py: Python<'_>, path: PathBuf, pretty: bool) -> PyResult<()> {
-        py.detach(|| self.inner.write_atomic(&path, pretty)).map_err(core_err)
+        self.with(py, |g| g.write_atomic(&path, pretty))?.map_err(core_err)
     }
 
     #[getter]
@@ -102,32 +126,34 @@ impl PyGraph {
     }
 
     #[getter]
-    fn name(&self) -> Option<String> {
-        self.inner.name.clone()
+    fn name(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.with(py, |g| g.name.clone())
     }
 
     #[getter]
-    fn outputs(&self) -> Vec<u64> {
-        self.inner.outputs.clone()
+    fn outputs(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with(py, |g| g.outputs.clone())
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.nodes.len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |g| g.nodes.len())
     }
 
     /// A top-level field of the graph.json that the graph itself does not use (`"weights"`, ...), as JSON
     /// text; None when absent. Reads one field, without writing the whole graph out as to_json does.
-    fn field(&self, name: &str) -> Option<String> {
-        self.inner.extra.get(name).map(|v| v.to_string())
+    fn field(&self, py: Python<'_>, name: &str) -> PyResult<Option<String>> {
+        self.with(py, |g| g.extra.get(name).map(|v| v.to_string()))
     }
 
     /// Node count per op.
-    fn op_counts(&self) -> std::collections::BTreeMap<String, usize> {
-        let mut counts = std::collections::BTreeMap::new();
-        for n in &self.inner.nodes {
-            *counts.entry(n.op.to_string()).or_insert(0) += 1;
-        }
-        counts
+    fn op_counts(&self, py: Python<'_>) -> PyResult<std::collections::BTreeMap<String, usize>> {
+        self.with(py, |g| {
+            let mut counts = std::collections::BTreeMap::new();
+            for n in &g.nodes {
+                *counts.entry(n.op.to_string()).or_insert(0) += 1;
+            }
+            counts
+        })
     }
 }
 
@@ -154,8 +180,11 @@ impl PyProgram {
     /// `.report` hold that work; with `on_limit="stop"` they are returned.
     /// `explain` turns on near-miss records: "unfired" (rules that fired zero times, best record each),
     /// "best" (every rule, best record) or "all" (every record); `explain_rule` and `explain_node` narrow it.
+    /// With `consume=True` the apply takes `graph`'s nodes instead of copying the ones that survive, and `graph`
+    /// is left consumed (its methods raise GraphError, kind "consumed"): for a caller that never reads it again.
     #[pyo3(signature = (graph, params_json = "{}", *, max_rewrites = None, time_budget_s = None, max_iterations = None,
-                        on_limit = "raise", fail_after_rewrites = None, explain = None, explain_rule = None, explain_node = None))]
+                        on_limit = "raise", fail_after_rewrites = None, explain = None, explain_rule = None, explain_node = None,
+                        consume = false))]
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
@@ -170,6 +199,7 @@ impl PyProgram {
         explain: Option<&str>,
         explain_rule: Option<String>,
         explain_node: Option<&Bound<'_, PyInt>>,
+        consume: bool,
     ) -> PyResult<(PyGraph, String)> {
         let bad_option = |m: String| new_err(Class::Param, "bad_option", m);
         let explain = match explain {
@@ -199,13 +229,28 @@ impl PyProgram {
             explain,
         };
         let result = py.detach(|| {
-            apply_borrowed(&graph.inner, &self.inner, &params, Registry::builtin(), &options)
-                .map(|(g, report)| (g, serde_json::to_string(&report).map_err(|e| e.to_string()), report))
+            let applied = if consume {
+                let mut guard = graph.inner.write().unwrap_or_else(PoisonError::into_inner);
+                if guard.1 {
+                    return None;
+                }
+                guard.1 = true;
+                let taken = std::mem::replace(&mut guard.0, Graph::new(None));
+                drop(guard);
+                apply(taken, &self.inner, &params, Registry::builtin(), &options)
+            } else {
+                let guard = graph.inner.read().unwrap_or_else(PoisonError::into_inner);
+                if guard.1 {
+                    return None;
+                }
+                apply_borrowed(&guard.0, &self.inner, &params, Registry::builtin(), &options)
+            };
+            Some(applied.map(|(g, report)| (g, serde_json::to_string(&report).map_err(|e| e.to_string()), report)))
         });
-        let (out, report_json, report) = result.map_err(core_err)?;
+        let (out, report_json, report) = result.ok_or_else(consumed)?.map_err(core_err)?;
         let report_json =
             report_json.map_err(|e| new_err(Class::Apply, "report", format!("the apply report cannot be serialized: {e}")))?;
-        let out = PyGraph { inner: out, warnings: Vec::new() };
+        let out = PyGraph::new(out, Vec::new());
         if raise_on_limit && report.stop.is_limit() {
             return Err(limit_error(py, &report, &options, out, report_json));
         }

@@ -30,7 +30,7 @@ impl Lists {
             *head = Head { start: at, len: 0, cap };
             at += cap;
         }
-        let mut data = Vec::with_capacity(items.max(at as usize));
+        let mut data = super::huge_vec(items.max(at as usize));
         data.resize(at as usize, (0, 0));
         Lists { data }
     }

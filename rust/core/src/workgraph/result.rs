@@ -137,7 +137,9 @@ impl WorkGraph<'_> {
 fn place_owned(mut nodes: Vec<Node>, added: Vec<Node>, order: &[u32]) -> Vec<Node> {
     let n_base = nodes.len();
     let mut added = taken(added);
-    let in_place = order.iter().enumerate().all(|(p, &i)| i as usize >= n_base || p <= i as usize);
+    // (A graph that grew has positions past the loaded nodes: it needs the second array.)
+    let in_place =
+        order.len() <= n_base && order.iter().enumerate().all(|(p, &i)| i as usize >= n_base || p <= i as usize);
     if !in_place {
         let empty = Sym::from("");
         return order
