@@ -140,6 +140,7 @@ def test_an_apply_that_takes_the_graph_gives_the_same_result_and_leaves_it_consu
         with pytest.raises(rlx_rules.GraphError, match="consumed") as caught:
             use(graph)
         assert caught.value.kind == "consumed"
+    assert repr(graph) == "<Graph (consumed)>"
     quiet, none = rules._apply_taking(rlx_rules.load_graph(doc), report=False)
     assert none is None and quiet.to_json() == expected.to_json()
     with pytest.raises(rlx_rules.ApplyError, match="budget") as limit:  # a limit still returns the work done

@@ -169,8 +169,12 @@ class Graph:
         return hash(self.to_json())
 
     def __repr__(self) -> str:
-        ops = ", ".join(f"{op}×{n}" for op, n in self.op_counts().most_common(6))
-        more = "" if len(self.op_counts()) <= 6 else ", …"
+        try:
+            counts = self.op_counts()
+        except _native.GraphError as e:  # taken by an apply(consume=True), the CLI's path
+            return f"<Graph ({e.kind})>"
+        ops = ", ".join(f"{op}×{n}" for op, n in counts.most_common(6))
+        more = "" if len(counts) <= 6 else ", …"
         return f"<Graph {self.name!r}: {len(self)} nodes ({ops}{more}), outputs {self.outputs}>"
 
     def _repr_html_(self) -> str:
