@@ -7,6 +7,7 @@
 //! the graph back, keeping unknown fields.
 
 mod check;
+mod fast;
 mod ids;
 mod lean;
 mod lenient;
@@ -236,7 +237,10 @@ impl Graph {
         registry: &Registry,
         max_nodes: usize,
     ) -> Result<(Graph, Vec<Warning>), GraphError> {
-        let checked = Graph::checked(load::parse(bytes, max_nodes)?, registry)?;
+        let checked = match load::parse(bytes, max_nodes, registry)? {
+            (graph, Some(verdict)) => (graph, verdict?), // checked while read
+            (graph, None) => Graph::checked(graph, registry)?,
+        };
         read::check_integers(bytes)?;
         Ok(checked)
     }
