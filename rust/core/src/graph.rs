@@ -14,6 +14,8 @@ mod lenient;
 mod load;
 mod nodes;
 mod read;
+#[cfg(test)]
+mod scan_tests;
 mod split;
 mod write;
 

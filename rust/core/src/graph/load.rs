@@ -38,6 +38,20 @@ pub(super) fn parse(bytes: &[u8], max_nodes: usize, registry: &Registry) -> Resu
     Ok((raw?.into_graph()?, None))
 }
 
+/// [`parse`] as it was before the quick reading of `split.rs`: the whole document by serde, in one piece (the reference
+/// that the quick reading is tested against).
+#[cfg(test)]
+pub(super) fn parse_one_piece(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError> {
+    if bytes.starts_with(read::BOM) {
+        return Err(read::bom_error());
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => parse_raw(serde_json::Deserializer::from_str(text), max_nodes),
+        Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
+    }?
+    .into_graph()
+}
+
 /// [`parse`] on JSON that streams in (a FIFO, a device): `reader` stops it at its byte limit, and checks the
 /// integers (see [`read::check_integers`]) and the first bytes as they pass.
 pub(super) fn parse_stream<R: std::io::Read>(reader: &mut read::Bounded<R>, max_nodes: usize) -> Result<Graph, GraphError> {

@@ -68,6 +68,8 @@ impl Part {
 const MIN_BYTES: usize = 4 << 20;
 /// How far past the middle a cut is looked for.
 const SEARCH_BYTES: usize = 1 << 20;
+/// After this many nodes, room for the rest of a list is made at once.
+const SAMPLE_NODES: usize = 1024;
 /// Values nested deeper than this are left to the one-piece parse: serde_json counts its nesting limit (128) from the
 /// document's root, and a part is read from the node level, so only shallower values are read alike.
 const MAX_DEPTH: usize = 100;
@@ -162,6 +164,7 @@ fn read_nodes(c: &mut Cursor, stop: Option<usize>, interner: &mut Interner) -> O
         return Some((part, false));
     }
     let (mut scratch, mut buffers) = (Scratch::default(), Buffers::default());
+    let start = c.pos;
     loop {
         let node = match fast::node(c.text, c.pos, interner, &mut scratch) {
             Some((node, end)) => {
@@ -179,6 +182,12 @@ fn read_nodes(c: &mut Cursor, stop: Option<usize>, interner: &mut Interner) -> O
         part.ids.add(node.id, &node.inputs);
         part.fields_ok &= check_node_fields(&node).is_ok();
         part.nodes.push(node);
+        if part.nodes.len() == SAMPLE_NODES {
+            // room for the nodes still to come, guessed from the text they take so far: to the end of the list (the
+            // part after a cut is appended to this one), without growing by doubling and copying
+            let per_node = (c.pos - start) / SAMPLE_NODES + 1;
+            part.nodes.reserve_exact((c.text.len() - c.pos) / per_node * 11 / 10);
+        }
         c.skip_space();
         if Some(c.pos) == stop {
             return Some((part, true));
