@@ -16,6 +16,19 @@ pub(super) const MAX_DEPTH: usize = 32;
 /// The most attributes a node may have here (a repeated name is found by scanning).
 const MAX_ATTRS: usize = 64;
 
+/// The bytes that end the plain part of a string: `"`, `\\` and control characters.
+static STOPS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 /// Buffers reused from node to node: a node's inputs, dims and attributes are copied out at their size.
 #[derive(Default)]
 pub(super) struct Scratch {
@@ -39,6 +52,10 @@ impl<'t> Scan<'t> {
     #[inline]
     fn peek(&mut self) -> Option<u8> {
         let bytes = self.bytes();
+        match bytes.get(self.pos) {
+            Some(&b) if b > b' ' => return Some(b), // most often: no white space
+            _ => {}
+        }
         while let Some(&b) = bytes.get(self.pos) {
             if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
                 return Some(b);
@@ -57,8 +74,9 @@ impl<'t> Scan<'t> {
     }
 
     /// The literal `word` (`null`, `true`, `false`), taken.
+    #[inline]
     fn word(&mut self, word: &[u8]) -> bool {
-        let found = self.peek().is_some() && self.bytes()[self.pos..].starts_with(word);
+        let found = self.peek() == word.first().copied() && self.bytes()[self.pos..].starts_with(word);
         self.pos += if found { word.len() } else { 0 };
         found
     }
@@ -71,7 +89,7 @@ impl<'t> Scan<'t> {
         }
         let start = self.pos + 1;
         let rest = &self.bytes()[start..];
-        let len = rest.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        let len = rest.iter().position(|&c| STOPS[usize::from(c)])?;
         if rest[len] != b'"' {
             return None;
         }
@@ -84,13 +102,24 @@ impl<'t> Scan<'t> {
     #[inline]
     fn uint(&mut self) -> Option<u64> {
         self.peek()?;
-        let rest = &self.bytes()[self.pos..];
-        let len = rest.iter().take(19).position(|c| !c.is_ascii_digit())?;
-        if len == 0 || (len > 1 && rest[0] == b'0') || matches!(rest[len], b'.' | b'e' | b'E') {
+        let bytes = self.bytes();
+        let start = self.pos;
+        let mut n = 0u64;
+        let mut p = start;
+        while p - start < 19 {
+            let digit = bytes.get(p)?.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            n = n * 10 + u64::from(digit); // at most 19 digits: below u64::MAX
+            p += 1;
+        }
+        let len = p - start;
+        if len == 0 || len > 18 || (len > 1 && bytes[start] == b'0') || matches!(bytes.get(p), Some(b'.' | b'e' | b'E')) {
             return None;
         }
-        self.pos += len;
-        Some(rest[..len].iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
+        self.pos = p;
+        Some(n)
     }
 
     /// A number as a JSON value: a short integer read here, anything else (a float, a long integer, `-0`) by
@@ -216,14 +245,14 @@ pub(super) fn node(text: &str, pos: usize, interner: &mut Interner, scratch: &mu
             if !c.eat(b':') {
                 return None;
             }
-            let bit = match key {
-                "id" => 0,
-                "op" => 1,
-                "name" => 2,
-                "inputs" => 3,
-                "attrs" => 4,
-                "shape" => 5,
-                "dtype" => 6,
+            let bit = match (key.len(), key.as_bytes().first()) {
+                (2, Some(b'i')) if key == "id" => 0,
+                (2, Some(b'o')) if key == "op" => 1,
+                (4, Some(b'n')) if key == "name" => 2,
+                (6, Some(b'i')) if key == "inputs" => 3,
+                (5, Some(b'a')) if key == "attrs" => 4,
+                (5, Some(b's')) if key == "shape" => 5,
+                (5, Some(b'd')) if key == "dtype" => 6,
                 _ => return None,
             };
             if seen & (1 << bit) != 0 {
