@@ -23,6 +23,7 @@ pub(crate) use check::{check_node_fields, check_registry};
 pub use ids::{IdHasher, IdIndex, IdMap};
 pub use lean::{Fields, Interner, Shape, Sym};
 pub use read::DEFAULT_MAX_BYTES;
+pub use write::Writeback;
 
 use std::fmt;
 use std::path::Path;

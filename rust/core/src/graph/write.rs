@@ -402,11 +402,23 @@ impl Emit {
 const WRITEBACK_BYTES: u64 = 4 << 20;
 
 /// A file being written that asks the system to start writing every [`WRITEBACK_BYTES`] to disk as it goes, so that
-/// the sync at the end waits for the last few megabytes only, not for the whole file.
-struct Writeback {
+/// the sync at the end waits for the last few megabytes only, not for the whole file. Errors pass through unchanged.
+pub struct Writeback {
     file: std::fs::File,
     written: u64,
     started: u64,
+}
+
+impl Writeback {
+    /// Writes to `file` from its current position on.
+    pub fn new(file: std::fs::File) -> Writeback {
+        Writeback { file, written: 0, started: 0 }
+    }
+
+    /// The file.
+    pub fn into_inner(self) -> std::fs::File {
+        self.file
+    }
 }
 
 impl Write for Writeback {
@@ -470,9 +482,9 @@ pub(super) fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io
             .write(true)
             .create_new(true)
             .open(&tmp)?;
-        let mut buffered = io::BufWriter::with_capacity(1 << 16, Writeback { file, written: 0, started: 0 });
+        let mut buffered = io::BufWriter::with_capacity(1 << 16, Writeback::new(file));
         write(&mut buffered)?;
-        let file = buffered.into_inner().map_err(io::IntoInnerError::into_error)?.file;
+        let file = buffered.into_inner().map_err(io::IntoInnerError::into_error)?.into_inner();
         file.sync_all()
     })();
     if let Err(e) = written {
