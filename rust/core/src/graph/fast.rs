@@ -9,25 +9,13 @@
 
 use serde_json::{Map, Value};
 
+use super::write::ESCAPED;
 use super::{Dim, Fields, Interner, Node, NodeId, Sym};
 
 /// How deeply an attribute value may nest lists and objects here; deeper ones are left to serde.
 pub(super) const MAX_DEPTH: usize = 32;
 /// The most attributes a node may have here (a repeated name is found by scanning).
 const MAX_ATTRS: usize = 64;
-
-/// The bytes that end the plain part of a string: `"`, `\\` and control characters.
-static STOPS: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 0x20 {
-        table[b] = true;
-        b += 1;
-    }
-    table[b'"' as usize] = true;
-    table[b'\\' as usize] = true;
-    table
-};
 
 /// Buffers reused from node to node: a node's inputs, dims and attributes are copied out at their size.
 #[derive(Default)]
@@ -89,7 +77,7 @@ impl<'t> Scan<'t> {
         }
         let start = self.pos + 1;
         let rest = &self.bytes()[start..];
-        let len = rest.iter().position(|&c| STOPS[usize::from(c)])?;
+        let len = rest.iter().position(|&c| ESCAPED[usize::from(c)])?; // `"`, a backslash or a control character
         if rest[len] != b'"' {
             return None;
         }

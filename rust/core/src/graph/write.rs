@@ -261,8 +261,8 @@ fn write_nodes<'a, W: Write + ?Sized>(e: &Emit, n: usize, node_at: impl Fn(usize
     })
 }
 
-/// The bytes serde_json escapes in a string: control characters, `"` and `\\`.
-static ESCAPED: [bool; 256] = {
+/// The bytes serde_json escapes in a string: control characters, `"` and `\\` (also where the reader's quick path stops).
+pub(super) static ESCAPED: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 0x20 {
