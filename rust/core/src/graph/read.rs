@@ -94,7 +94,6 @@ fn read_file(mut file: File, len: u64, max_bytes: u64) -> io::Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
 
         let mut bytes = vec![0u8; len as usize];
-        huge_pages(&bytes);
         let (first, second) = bytes.split_at_mut(len as usize / 2);
         let whole = |part: &mut [u8], at: u64| -> io::Result<bool> {
             let mut done = 0;
@@ -124,28 +123,6 @@ fn read_file(mut file: File, len: u64, max_bytes: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes)?;
     Ok(bytes)
-}
-
-/// Ask the system to back the room of `items` with huge pages (2 MiB) where it can: a large buffer about to be filled
-/// then costs one page fault per 2 MiB instead of one per 4 KiB. Only a hint; nothing changes where it is refused.
-pub(super) fn huge_pages<T>(items: &Vec<T>) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let bytes = items.capacity() * std::mem::size_of::<T>();
-        if bytes < 2 * HUGE {
-            return;
-        }
-        let start = (items.as_ptr() as usize).next_multiple_of(HUGE);
-        let end = (items.as_ptr() as usize + bytes) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies within the allocation of `items`; madvise(MADV_HUGEPAGE) changes how its pages
-            // are backed, never their contents, and its failure is harmless.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
 }
 
 /// A reader that fails past `max_bytes` and scans what passes through it for integers beyond 64 bits.

@@ -20,7 +20,6 @@ use super::check::{check_node_fields, check_registry};
 use super::fast::{self, Scratch};
 use super::ids::IdRun;
 use super::lenient::List;
-use super::read::huge_pages;
 use super::load::RawGraph;
 use super::nodes::{set, Buffers, NodeSeed, RawNodes};
 use super::{Graph, GraphError, Interner, Node, NodeId, Warning};
@@ -188,7 +187,6 @@ fn read_nodes(c: &mut Cursor, stop: Option<usize>, interner: &mut Interner) -> O
             // part after a cut is appended to this one), without growing by doubling and copying
             let per_node = (c.pos - start) / SAMPLE_NODES + 1;
             part.nodes.reserve_exact((c.text.len() - c.pos) / per_node * 11 / 10);
-            huge_pages(&part.nodes);
         }
         c.skip_space();
         if Some(c.pos) == stop {
