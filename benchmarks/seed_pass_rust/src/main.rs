@@ -4,6 +4,7 @@
 //!   seed-pass-rust handwritten IN OUT
 //!   seed-pass-rust engine PROGRAM_JSON IN OUT
 //!   seed-pass-rust breakdown PROGRAM_JSON IN     (the engine's apply, step by step, for profiling)
+//!   seed-pass-rust io IN OUT                     (the load and the write, step by step)
 //! Both print their phase times (load / pass / write, in ms) and node counts as one JSON line on stdout.
 //!
 //! The hand-written pass is what a careful engineer would write for exactly these two fusions:
@@ -384,6 +385,34 @@ fn engine(program: &Path, input: &Path, output: &Path) -> Result<Value, String> 
               "phases_ms": phases, "write_ms": write_ms, "total_ms": ms(t0)}))
 }
 
+/// The load and the write of a graph, step by step (no pass): the file read, the parse with its checks, the checks
+/// alone, the printing into memory, and the atomic write.
+fn io_phases(input: &Path, output: &Path) -> Result<Value, String> {
+    use rlx_rules_core::{graph::Graph, registry::Registry};
+    let t = Instant::now();
+    let bytes = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let read_ms = ms(t);
+    let t = Instant::now();
+    let (graph, _) = Graph::from_json_slice(&bytes, Registry::builtin()).map_err(|e| e.to_string())?;
+    let parse_check_ms = ms(t);
+    drop(bytes);
+    let t = Instant::now();
+    graph.validate(Registry::builtin()).map_err(|e| e.to_string())?;
+    let check_ms = ms(t);
+    let t = Instant::now();
+    let (_, _) = Graph::from_path(input, Registry::builtin()).map_err(|e| e.to_string())?;
+    let load_ms = ms(t);
+    let t = Instant::now();
+    let mut text = Vec::new();
+    graph.write_to(&mut text, false).map_err(|e| e.to_string())?;
+    let print_ms = ms(t);
+    let t = Instant::now();
+    graph.write_atomic(output, false).map_err(|e| e.to_string())?;
+    let write_ms = ms(t);
+    Ok(json!({"mode": "io", "nodes": graph.nodes.len(), "read_ms": read_ms, "parse_check_ms": parse_check_ms,
+              "check_ms": check_ms, "load_ms": load_ms, "print_ms": print_ms, "write_ms": write_ms}))
+}
+
 /// Where the engine's apply spends time outside its rule phases: the same steps apply() runs, timed one by one.
 fn breakdown(program: &Path, input: &Path) -> Result<Value, String> {
     use rlx_rules_core::{apply, graph::Graph, program::Program, registry::Registry, workgraph::WorkGraph};
@@ -421,6 +450,7 @@ fn main() {
         ["handwritten", input, output] => handwritten(Path::new(input), Path::new(output)),
         ["engine", program, input, output] => engine(Path::new(program), Path::new(input), Path::new(output)),
         ["breakdown", program, input] => breakdown(Path::new(program), Path::new(input)),
+        ["io", input, output] => io_phases(Path::new(input), Path::new(output)),
         _ => {
             eprintln!("usage: seed-pass-rust handwritten IN OUT\n       seed-pass-rust engine PROGRAM_JSON IN OUT");
             std::process::exit(2);

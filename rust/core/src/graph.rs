@@ -7,12 +7,15 @@
 //! the graph back, keeping unknown fields.
 
 mod check;
+mod fast;
 mod ids;
 mod lean;
 mod lenient;
 mod load;
 mod nodes;
 mod read;
+#[cfg(test)]
+mod scan_tests;
 mod split;
 mod write;
 
@@ -20,6 +23,7 @@ pub(crate) use check::{check_node_fields, check_registry};
 pub use ids::{IdHasher, IdIndex, IdMap};
 pub use lean::{Fields, Interner, Shape, Sym};
 pub use read::DEFAULT_MAX_BYTES;
+pub use write::Writeback;
 
 use std::fmt;
 use std::path::Path;
@@ -236,7 +240,10 @@ impl Graph {
         registry: &Registry,
         max_nodes: usize,
     ) -> Result<(Graph, Vec<Warning>), GraphError> {
-        let checked = Graph::checked(load::parse(bytes, max_nodes)?, registry)?;
+        let checked = match load::parse(bytes, max_nodes, registry)? {
+            (graph, Some(verdict)) => (graph, verdict?), // checked while read
+            (graph, None) => Graph::checked(graph, registry)?,
+        };
         read::check_integers(bytes)?;
         Ok(checked)
     }

@@ -2,7 +2,7 @@
 
 use std::io::{self, BufWriter, Write};
 
-use rlx_rules_core::graph::Graph;
+use rlx_rules_core::graph::{Graph, Writeback};
 
 /// A writer that keeps the first I/O error it returned, so that its errno survives the core's GraphError.
 struct Recording<W> {
@@ -46,7 +46,8 @@ pub fn write_to_fd(graph: &Graph, fd: i32, pretty: bool) -> io::Result<()> {
     // SAFETY: fd is not -1; the duplicate is made at once and the borrow used for nothing else. A descriptor
     // that is not open fails the dup with EBADF.
     let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
-    let mut out = BufWriter::with_capacity(1 << 16, Recording { inner: std::fs::File::from(owned), error: None });
+    // Writeback: the disk writing starts as the text is written, so that the caller's fsync waits for the tail only.
+    let mut out = BufWriter::with_capacity(1 << 16, Recording { inner: Writeback::new(std::fs::File::from(owned)), error: None });
     let written = graph.write_to(&mut out, pretty).map_err(io::Error::other).and_then(|()| out.flush());
     let (recording, _unwritten) = out.into_parts(); // on an error, what is still buffered is dropped, not retried
     match written {

@@ -84,3 +84,68 @@ impl IdIndex {
         (p != u32::MAX).then_some(p as usize)
     }
 }
+
+/// What a reader learns of the ids of a run of nodes as it reads them, enough to vouch for the common case without an
+/// index: ids that count up by one, each node's inputs earlier ids of the run. Such nodes have unique ids and existing
+/// inputs, and are in topological order.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct IdRun {
+    /// The first and the last id, if any node was seen.
+    range: Option<(NodeId, NodeId)>,
+    /// Every id one more than the one before it, every input smaller than its node's id.
+    counting: bool,
+    /// The smallest input.
+    min_input: NodeId,
+}
+
+impl Default for IdRun {
+    fn default() -> IdRun {
+        IdRun { range: None, counting: true, min_input: NodeId::MAX }
+    }
+}
+
+impl IdRun {
+    /// The node with id `id` and these inputs comes next.
+    #[inline]
+    pub(super) fn add(&mut self, id: NodeId, inputs: &[NodeId]) {
+        self.range = match self.range {
+            None => Some((id, id)),
+            Some((first, last)) => {
+                self.counting &= last.checked_add(1) == Some(id);
+                Some((first, id))
+            }
+        };
+        for &input in inputs {
+            self.counting &= input < id;
+            self.min_input = self.min_input.min(input);
+        }
+    }
+
+    /// This run followed by `next`.
+    pub(super) fn then(self, next: IdRun) -> IdRun {
+        match (self.range, next.range) {
+            (Some((first, last)), Some((next_first, next_last))) => IdRun {
+                range: Some((first, next_last)),
+                counting: self.counting && next.counting && last.checked_add(1) == Some(next_first),
+                min_input: self.min_input.min(next.min_input),
+            },
+            (None, _) => next,
+            (_, None) => self,
+        }
+    }
+
+    /// Whether every id is one more than the one before it and every input smaller than its node's id.
+    pub(super) fn counting(&self) -> bool {
+        self.counting
+    }
+
+    /// Whether the run is vouched for: ids unique and counting up, every input the id of an earlier node.
+    pub(super) fn vouched(&self) -> bool {
+        self.counting && self.range.is_none_or(|(first, _)| self.min_input >= first)
+    }
+
+    /// Whether `id` is the id of a node of a vouched-for run.
+    pub(super) fn has(&self, id: NodeId) -> bool {
+        self.range.is_some_and(|(first, last)| (first..=last).contains(&id))
+    }
+}

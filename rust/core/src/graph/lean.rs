@@ -113,6 +113,9 @@ impl Serialize for Sym {
     }
 }
 
+/// How many recent strings an [`Interner`] compares with before it hashes.
+const RECENT_SYMS: usize = 16;
+
 /// A node's shape, shared by every node of the same shape that one load or apply produced.
 pub type Shape = Arc<[Dim]>;
 
@@ -122,6 +125,9 @@ pub type Shape = Arc<[Dim]>;
 #[derive(Default)]
 pub struct Interner {
     syms: HashSet<Sym, foldhash::fast::RandomState>,
+    /// Strings returned lately, by a slot chosen from their length and first byte: a node's op, dtype and attribute
+    /// names mostly repeat ones seen a few nodes before, and comparing with one costs less than hashing.
+    recent: [Option<Sym>; RECENT_SYMS],
     shapes: HashSet<Shape, foldhash::fast::RandomState>,
     /// The shape returned last: nodes in file order often repeat their predecessor's shape (about 40% of a
     /// BERT graph's), and comparing with it costs less than hashing.
@@ -131,11 +137,21 @@ pub struct Interner {
 impl Interner {
     /// The shared copy of `s`.
     pub fn sym(&mut self, s: &str) -> Sym {
-        if let Some(sym) = self.syms.get(s) {
-            return sym.clone();
+        let slot = (s.len() + usize::from(s.as_bytes().first().copied().unwrap_or(0))) % RECENT_SYMS;
+        if let Some(sym) = &self.recent[slot] {
+            if sym.as_str() == s {
+                return sym.clone();
+            }
         }
-        let sym = Sym::from(s);
-        self.syms.insert(sym.clone());
+        let sym = match self.syms.get(s) {
+            Some(sym) => sym.clone(),
+            None => {
+                let sym = Sym::from(s);
+                self.syms.insert(sym.clone());
+                sym
+            }
+        };
+        self.recent[slot] = Some(sym.clone());
         sym
     }
 

@@ -10,14 +10,17 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::registry::Registry;
+
 use super::lenient::{Atom, AtomVisitor, List};
 use super::nodes::{set, NodesSeed, RawNodes};
+use super::split::Verdict;
 use super::{quote, read, split, Graph, GraphError, GraphErrorKind, NodeId, GRAPH_FORMAT, GRAPH_VERSION};
 
-/// Parse graph.json bytes into a [`Graph`] with its nodes in file order (not yet validated).
-/// More than `max_nodes` nodes is a `TooLarge` error; the rest of the list is then skipped
-/// without being kept, so an oversized file costs time but no memory.
-pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError> {
+/// Parse graph.json bytes into a [`Graph`] with its nodes in file order, and [`Graph::check`]'s verdict on it where the
+/// reading could vouch for it (else it is not yet validated). More than `max_nodes` nodes is a `TooLarge` error; the
+/// rest of the list is then skipped without being kept, so an oversized file costs time but no memory.
+pub(super) fn parse(bytes: &[u8], max_nodes: usize, registry: &Registry) -> Result<(Graph, Option<Verdict>), GraphError> {
     if bytes.starts_with(read::BOM) {
         return Err(read::bom_error());
     }
@@ -25,14 +28,28 @@ pub(super) fn parse(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError>
     // error says where.
     let raw = match std::str::from_utf8(bytes) {
         Ok(text) => {
-            if let Some(graph) = split::parse(text, max_nodes) {
-                return Ok(graph);
+            if let Some(read) = split::parse(text, max_nodes, registry) {
+                return Ok(read);
             }
             parse_raw(serde_json::Deserializer::from_str(text), max_nodes)
         }
         Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
     };
-    raw?.into_graph()
+    Ok((raw?.into_graph()?, None))
+}
+
+/// [`parse`] as it was before the quick reading of `split.rs`: the whole document by serde, in one piece (the reference
+/// that the quick reading is tested against).
+#[cfg(test)]
+pub(super) fn parse_one_piece(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError> {
+    if bytes.starts_with(read::BOM) {
+        return Err(read::bom_error());
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => parse_raw(serde_json::Deserializer::from_str(text), max_nodes),
+        Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
+    }?
+    .into_graph()
 }
 
 /// [`parse`] on JSON that streams in (a FIFO, a device): `reader` stops it at its byte limit, and checks the

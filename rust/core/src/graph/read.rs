@@ -74,12 +74,55 @@ fn parse_path(path: &Path, registry: &Registry, max_nodes: usize, max_bytes: u64
     if meta.len() > max_bytes {
         return Err(too_large(&meta.len().to_string(), max_bytes));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io_error)?;
+    let bytes = read_file(file, meta.len(), max_bytes).map_err(io_error)?;
     if bytes.len() as u64 > max_bytes {
         return Err(too_large(&format!("more than {max_bytes}"), max_bytes)); // it grew while being read
     }
     Graph::from_json_slice_max(&bytes, registry, max_nodes)
+}
+
+/// Below this many bytes, a file is read by one thread.
+const SPLIT_READ_BYTES: u64 = 4 << 20;
+
+/// The bytes of the regular file `file` of `len` bytes, and whatever it grew by while being read, up to `max_bytes + 1`
+/// bytes. A large file is read in two halves at once, which halves the time spent copying it out of the page cache
+/// (one core copies about 1.3 GB/s); a file that shrank meanwhile is read again in one piece.
+fn read_file(mut file: File, len: u64, max_bytes: u64) -> io::Result<Vec<u8>> {
+    #[cfg(unix)]
+    if len >= SPLIT_READ_BYTES && len <= max_bytes && std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        use std::io::{Seek, SeekFrom};
+        use std::os::unix::fs::FileExt;
+
+        let mut bytes = vec![0u8; len as usize];
+        let (first, second) = bytes.split_at_mut(len as usize / 2);
+        let whole = |part: &mut [u8], at: u64| -> io::Result<bool> {
+            let mut done = 0;
+            while done < part.len() {
+                match file.read_at(&mut part[done..], at + done as u64) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(true)
+        };
+        let at = first.len() as u64;
+        let (a, b) = std::thread::scope(|scope| {
+            let second_half = scope.spawn(|| whole(second, at));
+            let a = whole(first, 0);
+            (a, second_half.join().unwrap_or_else(|_| Err(io::Error::other("a reading thread failed"))))
+        });
+        if a? && b? {
+            file.seek(SeekFrom::Start(len))?;
+            file.take(max_bytes.saturating_add(1) - len).read_to_end(&mut bytes)?;
+            return Ok(bytes);
+        }
+        file.seek(SeekFrom::Start(0))?;
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max_bytes.saturating_add(1)).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// A reader that fails past `max_bytes` and scans what passes through it for integers beyond 64 bits.

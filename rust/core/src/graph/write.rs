@@ -86,9 +86,33 @@ impl Serialize for Graph {
 
 /// The order to write nodes in: topological when the graph allows one, else as stored.
 fn write_order(g: &Graph) -> Option<Vec<usize>> {
+    if increasing(&g.nodes) {
+        return None;
+    }
     let index = g.id_index().ok()?;
     let ordered = g.inputs_ordered(&index).ok()?;
     g.topo_order(&index, ordered).ok().flatten()
+}
+
+/// Below this many nodes, one thread tells whether they are [`increasing`].
+const SPLIT_CHECK_NODES: usize = 1 << 16;
+
+/// Whether every node's id is larger than the one before it and than each of its inputs. Such nodes are written as
+/// stored without an index: they are in topological order (an input, a smaller id, stands before its consumer), unless
+/// an input does not exist, and then they are written as stored too. Large graphs are looked at on two threads.
+fn increasing(nodes: &[Node]) -> bool {
+    let run = |nodes: &[Node]| {
+        nodes.windows(2).all(|w| w[0].id < w[1].id) && nodes.iter().all(|n| n.inputs.iter().all(|&i| i < n.id))
+    };
+    if nodes.len() < SPLIT_CHECK_NODES || std::thread::available_parallelism().map_or(1, |c| c.get()) < 2 {
+        return run(nodes);
+    }
+    let (first, second) = nodes.split_at(nodes.len() / 2);
+    std::thread::scope(|scope| {
+        let later = scope.spawn(|| run(second));
+        let earlier = first.last().map(|n| n.id) < second.first().map(|n| n.id) && run(first);
+        later.join().unwrap_or(false) && earlier
+    })
 }
 
 /// JSON on one line with a space after `,` and `:` (`{"id": 0, "shape": [1, 8]}`).
@@ -237,8 +261,8 @@ fn write_nodes<'a, W: Write + ?Sized>(e: &Emit, n: usize, node_at: impl Fn(usize
     })
 }
 
-/// The bytes serde_json escapes in a string: control characters, `"` and `\\`.
-static ESCAPED: [bool; 256] = {
+/// The bytes serde_json escapes in a string: control characters, `"` and `\\` (also where the reader's quick path stops).
+pub(super) static ESCAPED: [bool; 256] = {
     let mut table = [false; 256];
     let mut b = 0;
     while b < 0x20 {
@@ -374,6 +398,61 @@ impl Emit {
     }
 }
 
+/// How many bytes are written to a file before the system is asked to start writing them to disk.
+const WRITEBACK_BYTES: u64 = 4 << 20;
+
+/// A file being written that asks the system to start writing every [`WRITEBACK_BYTES`] to disk as it goes, so that
+/// the sync at the end waits for the last few megabytes only, not for the whole file. Errors pass through unchanged.
+pub struct Writeback {
+    file: std::fs::File,
+    written: u64,
+    started: u64,
+}
+
+impl Writeback {
+    /// Writes to `file` from its current position on.
+    pub fn new(file: std::fs::File) -> Writeback {
+        Writeback { file, written: 0, started: 0 }
+    }
+
+    /// The file.
+    pub fn into_inner(self) -> std::fs::File {
+        self.file
+    }
+}
+
+impl Write for Writeback {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if self.written - self.started >= WRITEBACK_BYTES {
+            start_writeback(&self.file, self.started, self.written - self.started);
+            self.started = self.written;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Start writing `len` bytes of `file` from `from` to disk, without waiting. Only a hint: whatever it does not write,
+/// the final sync does.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &std::fs::File, from: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(from), Ok(len)) = (i64::try_from(from), i64::try_from(len)) else { return };
+    // SAFETY: the descriptor is open while `file` is borrowed; the call reads no memory of ours, and its failure is
+    // harmless (the final sync writes everything).
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), from, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &std::fs::File, _from: u64, _len: u64) {}
+
 fn io_error(message: String) -> GraphError {
     GraphError::new(GraphErrorKind::Io, message)
 }
@@ -403,9 +482,9 @@ pub(super) fn write_atomic(path: &Path, write: impl FnOnce(&mut dyn Write) -> io
             .write(true)
             .create_new(true)
             .open(&tmp)?;
-        let mut buffered = io::BufWriter::with_capacity(1 << 16, file);
+        let mut buffered = io::BufWriter::with_capacity(1 << 16, Writeback::new(file));
         write(&mut buffered)?;
-        let file = buffered.into_inner().map_err(io::IntoInnerError::into_error)?;
+        let file = buffered.into_inner().map_err(io::IntoInnerError::into_error)?.into_inner();
         file.sync_all()
     })();
     if let Err(e) = written {
