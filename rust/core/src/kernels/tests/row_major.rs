@@ -25,7 +25,7 @@ fn kernels_row_major_projection_is_exact_at_every_alignment() {
     // the bias; each serial result is bit-identical to the packed panels' (the same FMAs in the
     // same order).
     for (m, k, n) in [(8usize, 40usize, 64usize), (1, 17, 48), (16, 33, 96), (5, 64, 80), (12, 20, 33), (3, 8, 16)] {
-        let mut rng = Rng((m * 7919 + k * 31 + n) as u64);
+        let mut rng = Rng::new((m * 7919 + k * 31 + n) as u64);
         let (a, vals, bias) = (rng.vec(m * k, 1.0), rng.vec(k * n, 1.0), rng.vec(n, 1.0));
         let (mut buf, start) = lines(k * n);
         for offset in start..start + 16 {
@@ -67,7 +67,7 @@ fn kernels_row_major_timing() {
     let mut junk = vec![1.0f32; 8 << 20];
     let isa = Isa::best();
     for n in [2304usize, 768] {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let vals = rng.vec(k * n, 1.0);
         let packed = PackedWeights::pack(&vals, None, k, n, 0, 1.0);
         let (mut buf, start) = lines(k * n);

@@ -12,7 +12,7 @@ fn kernels_projection_timing_vs_gemm_crate() {
     use crate::kernels::par::Par;
     use std::time::Instant;
     let (k, n) = (768usize, 2304usize);
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     let w = rng.vec(k * n, 0.1);
     let bias = rng.vec(n, 0.1);
     let packed = PackedWeights::pack(&w, Some(&bias), k, n, 0, 1.0);
@@ -53,7 +53,7 @@ fn kernels_attention_timing() {
     for isa in Isa::available() {
         for (h, heads, b, s) in [(384usize, 6usize, 1usize, 8usize), (768, 12, 1, 8), (768, 12, 1, 16), (768, 12, 1, 64), (384, 6, 1, 128), (384, 6, 1, 512), (768, 12, 1, 512), (384, 6, 8, 128)] {
             let m = b * s;
-            let qkv = Rng(3).vec(m * 3 * h, 1.0);
+            let qkv = Rng::new(3).vec(m * 3 * h, 1.0);
             let mask = vec![1.0f32; m];
             let mut ctx = vec![0.0f32; m * h];
             let view = |offset| RowsView { data: &qkv[..], offset, row_stride: 3 * h, batch_stride: s * 3 * h };
@@ -157,7 +157,7 @@ fn kernels_block_phase_timing() {
     let isa = Isa::select(None);
     for (h, b, s) in [(768usize, 1usize, 1usize), (768, 1, 8), (768, 1, 16), (768, 1, 64), (384, 1, 8), (384, 1, 64), (384, 4, 16), (384, 1, 512), (384, 8, 128)] {
         let heads = h / 64;
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         let qkv_w = rng.vec(h * 3 * h, 0.05);
         let out_w = rng.vec(h * h, 0.05);
         let block = PreparedAttentionBlock::new(h, heads, BlockWeights { qkv_w: &qkv_w, qkv_b: None, out_w: &out_w, out_b: None }).unwrap();
