@@ -25,10 +25,10 @@ pub(super) struct Scratch {
     attrs: Vec<(Sym, Value)>,
 }
 
-/// A place in the text, read byte by byte.
-struct Scan<'t> {
-    text: &'t str,
-    pos: usize,
+/// A place in the text, read byte by byte (here within a node, and in `split.rs` between the nodes).
+pub(super) struct Scan<'t> {
+    pub(super) text: &'t str,
+    pub(super) pos: usize,
 }
 
 impl<'t> Scan<'t> {
@@ -53,9 +53,14 @@ impl<'t> Scan<'t> {
         None
     }
 
+    /// White space, taken.
+    pub(super) fn skip_space(&mut self) {
+        self.peek();
+    }
+
     /// After white space, the byte `b`, taken.
     #[inline]
-    fn eat(&mut self, b: u8) -> bool {
+    pub(super) fn eat(&mut self, b: u8) -> bool {
         let found = self.peek() == Some(b);
         self.pos += usize::from(found);
         found

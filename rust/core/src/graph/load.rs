@@ -21,33 +21,34 @@ use super::{quote, read, split, Graph, GraphError, GraphErrorKind, NodeId, GRAPH
 /// reading could vouch for it (else it is not yet validated). More than `max_nodes` nodes is a `TooLarge` error; the
 /// rest of the list is then skipped without being kept, so an oversized file costs time but no memory.
 pub(super) fn parse(bytes: &[u8], max_nodes: usize, registry: &Registry) -> Result<(Graph, Option<Verdict>), GraphError> {
-    if bytes.starts_with(read::BOM) {
-        return Err(read::bom_error());
+    let text = text_of(bytes)?;
+    if let Some(read) = text.and_then(|text| split::parse(text, max_nodes, registry)) {
+        return Ok(read);
     }
-    // Valid UTF-8 checked once, in bulk, rather than string by string; invalid UTF-8 is left to serde_json, whose
-    // error says where.
-    let raw = match std::str::from_utf8(bytes) {
-        Ok(text) => {
-            if let Some(read) = split::parse(text, max_nodes, registry) {
-                return Ok(read);
-            }
-            parse_raw(serde_json::Deserializer::from_str(text), max_nodes)
-        }
-        Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
-    };
-    Ok((raw?.into_graph()?, None))
+    Ok((parse_serde(bytes, text, max_nodes)?, None))
 }
 
 /// [`parse`] as it was before the quick reading of `split.rs`: the whole document by serde, in one piece (the reference
 /// that the quick reading is tested against).
 #[cfg(test)]
 pub(super) fn parse_one_piece(bytes: &[u8], max_nodes: usize) -> Result<Graph, GraphError> {
+    parse_serde(bytes, text_of(bytes)?, max_nodes)
+}
+
+/// `bytes` as text when they are valid UTF-8 (`None`: serde_json's error will say where they are not); an error for
+/// a byte-order mark. Valid UTF-8 is checked once, in bulk, rather than string by string.
+fn text_of(bytes: &[u8]) -> Result<Option<&str>, GraphError> {
     if bytes.starts_with(read::BOM) {
         return Err(read::bom_error());
     }
-    match std::str::from_utf8(bytes) {
-        Ok(text) => parse_raw(serde_json::Deserializer::from_str(text), max_nodes),
-        Err(_) => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
+    Ok(std::str::from_utf8(bytes).ok())
+}
+
+/// The whole document read by serde, in one piece: from `text` where `bytes` are valid UTF-8.
+fn parse_serde(bytes: &[u8], text: Option<&str>, max_nodes: usize) -> Result<Graph, GraphError> {
+    match text {
+        Some(text) => parse_raw(serde_json::Deserializer::from_str(text), max_nodes),
+        None => parse_raw(serde_json::Deserializer::from_slice(bytes), max_nodes),
     }?
     .into_graph()
 }

@@ -17,7 +17,7 @@ use serde::de::{DeserializeSeed, IgnoredAny};
 use serde_json::Value;
 
 use super::check::{check_node_fields, check_registry};
-use super::fast::{self, Scratch};
+use super::fast::{self, Scan, Scratch};
 use super::ids::IdRun;
 use super::lenient::List;
 use super::load::RawGraph;
@@ -74,12 +74,10 @@ const SAMPLE_NODES: usize = 1024;
 /// document's root, and a part is read from the node level, so only shallower values are read alike.
 const MAX_DEPTH: usize = 100;
 
-/// The graph in `text`, read on two threads when large; `None` where the one-piece parse must decide (see the module
-/// doc).
 /// The graph in `text`, read on two threads when large, with [`Graph::check`]'s verdict on it where the reading could
 /// vouch for it (see the module doc); `None` where the one-piece parse must decide.
 pub(super) fn parse(text: &str, max_nodes: usize, registry: &Registry) -> Option<(Graph, Option<Verdict>)> {
-    let cut = if text.len() < MIN_BYTES || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    let cut = if text.len() < MIN_BYTES || crate::cores() < 2 {
         None
     } else {
         find_cut(text.as_bytes())
@@ -88,7 +86,7 @@ pub(super) fn parse(text: &str, max_nodes: usize, registry: &Registry) -> Option
         None => read_graph(text, usize::MAX, max_nodes, registry, || None)?,
         Some((comma, start)) => std::thread::scope(|scope| {
             let second = scope.spawn(move || {
-                let mut c = Cursor { text, pos: start };
+                let mut c = Scan { text, pos: start };
                 let (mut part, at_cut) = read_nodes(&mut c, None, &mut Interner::default())?;
                 part.check(registry);
                 (!at_cut).then_some((part, c.pos))
@@ -102,30 +100,9 @@ pub(super) fn parse(text: &str, max_nodes: usize, registry: &Registry) -> Option
     Some((graph, verdict))
 }
 
-/// A place in the text, read value by value.
-struct Cursor<'t> {
-    text: &'t str,
-    pos: usize,
-}
-
-impl<'t> Cursor<'t> {
-    fn skip_space(&mut self) {
-        let bytes = self.text.as_bytes();
-        while matches!(bytes.get(self.pos), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.pos += 1;
-        }
-    }
-
-    /// After white space, the byte `b`, taken.
-    fn eat(&mut self, b: u8) -> bool {
-        self.skip_space();
-        let found = self.text.as_bytes().get(self.pos) == Some(&b);
-        self.pos += usize::from(found);
-        found
-    }
-
-    /// The value here, read by `seed`, and the place after it.
-    fn value<T, S: DeserializeSeed<'t, Value = T>>(&mut self, seed: S) -> Option<T> {
+impl<'t> Scan<'t> {
+    /// The value here, read by serde through `seed`, and the place after it.
+    fn by_serde<T, S: DeserializeSeed<'t, Value = T>>(&mut self, seed: S) -> Option<T> {
         self.skip_space();
         let mut de = serde_json::Deserializer::from_str(&self.text[self.pos..]);
         let value = seed.deserialize(&mut de).ok()?;
@@ -158,7 +135,7 @@ fn depth(v: &Value) -> usize {
 
 /// Node objects from `c` (just after the list's `[` or a `,`) until the list ends (`false`) or the cursor stands at
 /// `stop` between two nodes (`true`, the comma not taken).
-fn read_nodes(c: &mut Cursor, stop: Option<usize>, interner: &mut Interner) -> Option<(Part, bool)> {
+fn read_nodes(c: &mut Scan, stop: Option<usize>, interner: &mut Interner) -> Option<(Part, bool)> {
     let mut part = Part { nodes: Vec::new(), ids: IdRun::default(), fields_ok: true, registry: None };
     if c.eat(b']') {
         return Some((part, false));
@@ -172,7 +149,7 @@ fn read_nodes(c: &mut Cursor, stop: Option<usize>, interner: &mut Interner) -> O
                 node
             }
             None => {
-                let node = c.value(NodeSeed { interner: &mut *interner, buffers: &mut buffers, index: 0, convert: true })??.ok()?;
+                let node = c.by_serde(NodeSeed { interner: &mut *interner, buffers: &mut buffers, index: 0, convert: true })??.ok()?;
                 if node.attrs.iter().chain(node.extra.iter()).any(|(_, v)| depth(v) > MAX_DEPTH) {
                     return None;
                 }
@@ -211,7 +188,7 @@ fn read_graph(
     registry: &Registry,
     second: impl FnOnce() -> Option<(Part, usize)>,
 ) -> Option<(RawGraph, Part)> {
-    let mut c = Cursor { text, pos: 0 };
+    let mut c = Scan { text, pos: 0 };
     let mut second = Some(second);
     let mut last_part = None;
     let mut g = RawGraph::default();
@@ -220,15 +197,15 @@ fn read_graph(
         return None;
     }
     loop {
-        let key: String = c.value(PhantomData)?;
+        let key: String = c.by_serde(PhantomData)?;
         if !c.eat(b':') {
             return None;
         }
         match key.as_str() {
-            "format" => set(&mut g.format, c.value(PhantomData)?, "format", &mut dup),
-            "version" => set(&mut g.version, c.value(PhantomData)?, "version", &mut dup),
-            "name" => set(&mut g.name, c.value(PhantomData)?, "name", &mut dup),
-            "outputs" => set(&mut g.outputs, c.value(PhantomData::<List<Vec<NodeId>>>)?, "outputs", &mut dup),
+            "format" => set(&mut g.format, c.by_serde(PhantomData)?, "format", &mut dup),
+            "version" => set(&mut g.version, c.by_serde(PhantomData)?, "version", &mut dup),
+            "name" => set(&mut g.name, c.by_serde(PhantomData)?, "name", &mut dup),
+            "outputs" => set(&mut g.outputs, c.by_serde(PhantomData::<List<Vec<NodeId>>>)?, "outputs", &mut dup),
             "nodes" => {
                 if !c.eat(b'[') {
                     return None;
@@ -247,7 +224,7 @@ fn read_graph(
                 last_part = Some(part);
             }
             _ => {
-                let v: Value = c.value(PhantomData)?;
+                let v: Value = c.by_serde(PhantomData)?;
                 if depth(&v) > MAX_DEPTH {
                     return None;
                 }
