@@ -18,3 +18,10 @@ pub mod program;
 pub mod registry;
 pub mod rewrite;
 pub mod workgraph;
+
+/// Number of cores (logical CPUs) available to this process, read once: the standard library reads the affinity mask
+/// and cgroup quota files each time (tens of µs per call on Linux). The loader, the writer and the kernels' pool ask it.
+pub(crate) fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}

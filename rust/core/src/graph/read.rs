@@ -89,23 +89,17 @@ const SPLIT_READ_BYTES: u64 = 4 << 20;
 /// (one core copies about 1.3 GB/s); a file that shrank meanwhile is read again in one piece.
 fn read_file(mut file: File, len: u64, max_bytes: u64) -> io::Result<Vec<u8>> {
     #[cfg(unix)]
-    if len >= SPLIT_READ_BYTES && len <= max_bytes && std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+    if len >= SPLIT_READ_BYTES && len <= max_bytes && crate::cores() >= 2 {
         use std::io::{Seek, SeekFrom};
         use std::os::unix::fs::FileExt;
 
         let mut bytes = vec![0u8; len as usize];
         let (first, second) = bytes.split_at_mut(len as usize / 2);
-        let whole = |part: &mut [u8], at: u64| -> io::Result<bool> {
-            let mut done = 0;
-            while done < part.len() {
-                match file.read_at(&mut part[done..], at + done as u64) {
-                    Ok(0) => return Ok(false),
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(true)
+        // whether the part was read whole (false: the file ended before it)
+        let whole = |part: &mut [u8], at: u64| match file.read_exact_at(part, at) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(e),
         };
         let at = first.len() as u64;
         let (a, b) = std::thread::scope(|scope| {

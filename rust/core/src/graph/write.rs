@@ -104,7 +104,7 @@ fn increasing(nodes: &[Node]) -> bool {
     let run = |nodes: &[Node]| {
         nodes.windows(2).all(|w| w[0].id < w[1].id) && nodes.iter().all(|n| n.inputs.iter().all(|&i| i < n.id))
     };
-    if nodes.len() < SPLIT_CHECK_NODES || std::thread::available_parallelism().map_or(1, |c| c.get()) < 2 {
+    if nodes.len() < SPLIT_CHECK_NODES || crate::cores() < 2 {
         return run(nodes);
     }
     let (first, second) = nodes.split_at(nodes.len() / 2);
@@ -207,7 +207,7 @@ const MAX_PRINTERS: usize = 4;
 /// same order, as printing them one by one; at most two blocks per helper wait in memory.
 fn write_nodes<'a, W: Write + ?Sized>(e: &Emit, n: usize, node_at: impl Fn(usize) -> &'a Node + Sync, out: &mut W) -> io::Result<()> {
     let blocks = n.div_ceil(BLOCK_NODES);
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let cores = crate::cores();
     let printers = cores.min(MAX_PRINTERS).min(blocks).max(1);
     let print = |b: usize, buf: &mut Vec<u8>| {
         buf.clear();

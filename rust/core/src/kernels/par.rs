@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
+use crate::cores;
+
 /// Environment variable giving the default thread count.
 pub const THREADS_ENV: &str = "RLX_RULES_THREADS";
 
@@ -212,13 +214,6 @@ fn now_ns() -> u64 {
 /// call has just ended).
 fn uses_pool(flops: f64, (min_flops, wake_min_flops): (f64, f64), must_wake: bool) -> bool {
     flops >= min_flops && (flops >= wake_min_flops || !must_wake)
-}
-
-/// Number of cores (logical CPUs) available to this process, read once: the standard library
-/// reads the affinity mask and cgroup quota files each time (tens of µs per call on Linux).
-fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The pool for `threads` threads (caller included), started on first use and kept.
