@@ -504,7 +504,8 @@ pub(crate) fn compare<T: PartialOrd>(op: BinOp, a: T, b: T) -> Option<bool> {
     })
 }
 
-fn binary(op: BinOp, a: Val, b: Val) -> EvalResult {
+/// `a op b` as the evaluator computes it (integer arithmetic checked for overflow and exact division).
+pub(crate) fn binary(op: BinOp, a: Val, b: Val) -> EvalResult {
     match op {
         BinOp::Eq => return Ok(Val::Bool(equal(&a, &b)?)),
         BinOp::Ne => return Ok(Val::Bool(!equal(&a, &b)?)),

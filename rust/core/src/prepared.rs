@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::expr::{compare, json_equal, Env, Val};
+use crate::expr::{binary, compare, json_equal, Env, Val};
 use crate::graph::{Dim, Sym};
 use crate::program::{BinOp, Builtin, Expr, Instr, Rule};
 use crate::workgraph::WorkGraph;
@@ -62,14 +62,10 @@ impl IntExpr {
             IntExpr::Lit(n) => Some(*n),
             IntExpr::Attr(slot, key) => graph.node(slots[*slot]).attrs.get(key)?.as_i64(),
             IntExpr::Rank(slot) => graph.rank(slots[*slot]).and_then(|r| i64::try_from(r).ok()),
-            IntExpr::Bin(op, l, r) => {
-                let (l, r) = (l.value(graph, slots)?, r.value(graph, slots)?);
-                match op {
-                    BinOp::Add => l.checked_add(r),
-                    BinOp::Sub => l.checked_sub(r),
-                    _ => l.checked_mul(r),
-                }
-            }
+            IntExpr::Bin(op, l, r) => match binary(*op, Val::Int(l.value(graph, slots)?), Val::Int(r.value(graph, slots)?)) {
+                Ok(Val::Int(n)) => Some(n),
+                _ => None,
+            },
         }
     }
 }
