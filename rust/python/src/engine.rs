@@ -37,9 +37,9 @@ fn lone_surrogate(class: Class, what: &str) -> PyErr {
 /// CLI, which never reads its input again), after which every method raises GraphError (kind "consumed").
 #[pyclass(name = "Graph", module = "rlx_rules._native", frozen)]
 pub struct PyGraph {
-    /// The graph, and whether an apply consumed it (it is then empty). The lock is only ever taken with the GIL
-    /// released, so a thread waiting for it never holds up one that needs the GIL to let it go.
-    inner: RwLock<(Graph, bool)>,
+    /// The graph, `None` once an apply consumed it. The lock is only ever taken with the GIL released, so a thread
+    /// waiting for it never holds up one that needs the GIL to let it go.
+    inner: RwLock<Option<Graph>>,
     warnings: Vec<String>,
 }
 
@@ -49,14 +49,14 @@ fn consumed() -> PyErr {
 
 impl PyGraph {
     fn new(graph: Graph, warnings: Vec<String>) -> PyGraph {
-        PyGraph { inner: RwLock::new((graph, false)), warnings }
+        PyGraph { inner: RwLock::new(Some(graph)), warnings }
     }
 
     /// `f` of the graph, run without the GIL; GraphError (kind "consumed") once an apply consumed it.
     fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Graph) -> R + Send) -> PyResult<R> {
         py.detach(|| {
             let guard = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-            (!guard.1).then(|| f(&guard.0))
+            guard.as_ref().map(f)
         })
         .ok_or_else(consumed)
     }
@@ -68,7 +68,9 @@ const BACKGROUND_FREE_NODES: usize = 1 << 16;
 
 impl Drop for PyGraph {
     fn drop(&mut self) {
-        let (graph, _) = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let Some(graph) = self.inner.get_mut().unwrap_or_else(PoisonError::into_inner) else {
+            return;
+        };
         if graph.nodes.len() >= BACKGROUND_FREE_NODES {
             let nodes = std::mem::take(&mut graph.nodes);
             // Where no thread can start, the closure, and the nodes with it, are dropped here instead.
@@ -230,20 +232,11 @@ impl PyProgram {
         };
         let result = py.detach(|| {
             let applied = if consume {
-                let mut guard = graph.inner.write().unwrap_or_else(PoisonError::into_inner);
-                if guard.1 {
-                    return None;
-                }
-                guard.1 = true;
-                let taken = std::mem::replace(&mut guard.0, Graph::new(None));
-                drop(guard);
+                let taken = graph.inner.write().unwrap_or_else(PoisonError::into_inner).take()?;
                 apply(taken, &self.inner, &params, Registry::builtin(), &options)
             } else {
                 let guard = graph.inner.read().unwrap_or_else(PoisonError::into_inner);
-                if guard.1 {
-                    return None;
-                }
-                apply_borrowed(&guard.0, &self.inner, &params, Registry::builtin(), &options)
+                apply_borrowed(guard.as_ref()?, &self.inner, &params, Registry::builtin(), &options)
             };
             Some(applied.map(|(g, report)| (g, serde_json::to_string(&report).map_err(|e| e.to_string()), report)))
         });
