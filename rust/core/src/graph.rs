@@ -35,6 +35,12 @@ use crate::registry::Registry;
 /// The id of a node, unique within a graph.
 pub type NodeId = u64;
 
+/// A node's input ids: up to two kept inline (most ops have one or two), more on the heap; a slice to read.
+pub type Inputs = smallvec::SmallVec<[NodeId; 2]>;
+
+/// A node's name: up to 24 bytes kept inline (most names), longer ones on the heap; a `str` to read.
+pub type Name = compact_str::CompactString;
+
 /// The `format` string a graph.json must carry.
 pub const GRAPH_FORMAT: &str = "rlx-graph";
 /// The graph.json `version` this crate reads and writes.
@@ -81,8 +87,8 @@ impl fmt::Display for Dim {
 pub struct Node {
     pub id: NodeId,
     pub op: Sym,
-    pub name: Option<String>,
-    pub inputs: Vec<NodeId>,
+    pub name: Option<Name>,
+    pub inputs: Inputs,
     /// Attributes, in the order they were read.
     pub attrs: Fields,
     pub shape: Option<Shape>,
@@ -98,7 +104,7 @@ impl Node {
             id,
             op: op.into(),
             name: None,
-            inputs: Vec::new(),
+            inputs: Inputs::new(),
             attrs: Fields::new(),
             shape: None,
             dtype: None,

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::graph::{Dim, Graph, IdIndex, Interner, Node, NodeId, Shape, Sym};
+use crate::graph::{Dim, Graph, IdIndex, Interner, Name, Node, NodeId, Shape, Sym};
 use crate::kernels::simd::prefetch;
 
 mod lists;
@@ -390,7 +390,7 @@ impl<'g> WorkGraph<'g> {
 
     /// The name of node `i`, a rewrite's root that the caller removes in the same rewrite, moved out where the
     /// graph owns it (else copied): the node that replaces the root takes over its name.
-    pub fn take_name(&mut self, i: usize) -> Option<String> {
+    pub fn take_name(&mut self, i: usize) -> Option<Name> {
         match i.checked_sub(self.base.len()) {
             Some(k) => self.added[k].name.take(),
             None => match &mut self.base {

@@ -353,7 +353,7 @@ fn a_forward_rewires_consumers_and_outputs_to_the_binding() {
         json!([3, 4, 2]),
     ));
     assert_eq!(fired(&report, "cancel"), 1);
-    let ids: Vec<(u64, Vec<u64>)> = out.nodes.iter().map(|n| (n.id, n.inputs.clone())).collect();
+    let ids: Vec<(u64, Vec<u64>)> = out.nodes.iter().map(|n| (n.id, n.inputs.to_vec())).collect();
     assert_eq!(ids, vec![(0, vec![]), (3, vec![0]), (4, vec![0, 0])]);
     assert_eq!(out.outputs, vec![3, 4, 0]);
 }
@@ -373,7 +373,7 @@ fn a_forward_that_would_change_the_shape_is_refused() {
     assert!(stats.refused_unsafe >= 1); // node 1, in each iteration of the phase
     assert!(stats.first_refusal.as_deref().unwrap_or("").contains("would change the shape or dtype"));
     assert_eq!(out.nodes.iter().map(|n| n.op.as_str()).collect::<Vec<_>>(), ["Input", "Reshape", "Add"]);
-    assert_eq!(out.node(3).unwrap().inputs, vec![0, 0]);
+    assert_eq!(out.node(3).unwrap().inputs.as_slice(), [0, 0]);
 }
 
 #[test]
@@ -399,6 +399,6 @@ fn aliased_bindings_match_one_node_which_a_kept_binding_keeps() {
         json!([2]),
     ));
     assert_eq!(fired(&report, "keep_alias"), 1);
-    let ops: Vec<(&str, Vec<u64>)> = out.nodes.iter().map(|n| (n.op.as_str(), n.inputs.clone())).collect();
+    let ops: Vec<(&str, Vec<u64>)> = out.nodes.iter().map(|n| (n.op.as_str(), n.inputs.to_vec())).collect();
     assert_eq!(ops, [("Input", vec![]), ("Neg", vec![0]), ("Mul", vec![1, 1])]);
 }

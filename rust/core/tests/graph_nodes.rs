@@ -20,7 +20,7 @@ fn fields_of_one_node_do_not_carry_over_to_the_next() {
     let last = &g.nodes[2];
     assert_eq!(last.id, 2);
     assert_eq!(last.name, None);
-    assert_eq!(last.inputs, vec![1]);
+    assert_eq!(last.inputs.as_slice(), [1]);
     assert!(last.attrs.is_empty(), "attrs carried over: {:?}", last.attrs);
     assert_eq!(last.shape, None);
     assert_eq!(last.dtype, None);

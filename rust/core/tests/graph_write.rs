@@ -87,7 +87,7 @@ fn pretty_output_puts_one_node_per_line() {
 
 fn node(id: u64, op: &str, inputs: &[u64]) -> Node {
     let mut n = Node::new(id, op);
-    n.inputs = inputs.to_vec();
+    n.inputs = inputs.into();
     n
 }
 

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 fn node(id: u64, op: &str, inputs: &[u64], shape: Option<Vec<Dim>>, attrs: Value) -> Node {
     let mut n = Node::new(id, op);
-    n.inputs = inputs.to_vec();
+    n.inputs = inputs.into();
     n.shape = shape.map(Arc::from);
     n.attrs = attrs.as_object().cloned().unwrap_or_default().into();
     n

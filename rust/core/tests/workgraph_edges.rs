@@ -7,7 +7,7 @@ use rlx_rules_core::workgraph::WorkGraph;
 
 fn node(id: u64, op: &str, inputs: &[u64]) -> Node {
     let mut n = Node::new(id, op);
-    n.inputs = inputs.to_vec();
+    n.inputs = inputs.into();
     n
 }
 
@@ -132,5 +132,5 @@ fn ids_that_stop_being_positions_partway_are_indexed_instead() {
     let out = w.into_graph(Registry::builtin()).unwrap();
     let ids: Vec<(u64, &str)> = out.nodes.iter().map(|n| (n.id, n.op.as_str())).collect();
     assert_eq!(ids, [(0, "Input"), (1, "Sigmoid"), (2, "Relu"), (10, "Add"), (4, "Add")]);
-    assert_eq!(out.nodes[3].inputs, [1, 2]);
+    assert_eq!(out.nodes[3].inputs.as_slice(), [1, 2]);
 }

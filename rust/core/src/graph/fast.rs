@@ -10,7 +10,7 @@
 use serde_json::{Map, Value};
 
 use super::write::ESCAPED;
-use super::{Dim, Fields, Interner, Node, NodeId, Sym};
+use super::{Dim, Fields, Inputs, Interner, Name, Node, NodeId, Sym};
 
 /// How deeply an attribute value may nest lists and objects here; deeper ones are left to serde.
 pub(super) const MAX_DEPTH: usize = 32;
@@ -255,7 +255,7 @@ pub(super) fn node(text: &str, pos: usize, interner: &mut Interner, scratch: &mu
             match bit {
                 0 => id = Some(c.uint()?),
                 1 => op = Some(interner.sym(c.str().filter(|s| !s.is_empty())?)),
-                2 => name = if c.word(b"null") { None } else { Some(c.str()?.to_owned()) },
+                2 => name = if c.word(b"null") { None } else { Some(Name::from(c.str()?)) },
                 3 => {
                     let ids = &mut scratch.inputs;
                     ids.clear();
@@ -306,7 +306,7 @@ pub(super) fn node(text: &str, pos: usize, interner: &mut Interner, scratch: &mu
         id: id?,
         op: op?,
         name,
-        inputs: if inputs { scratch.inputs.as_slice().into() } else { Vec::new() },
+        inputs: if inputs { scratch.inputs.as_slice().into() } else { Inputs::new() },
         attrs: if attrs { Fields::from_pairs(scratch.attrs.drain(..).collect()) } else { Fields::new() },
         shape,
         dtype,

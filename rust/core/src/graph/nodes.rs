@@ -8,7 +8,7 @@ use std::fmt;
 
 use super::lenient::{Atom, AtomVisitor, Attrs, AttrsSeed, List, ListSeed, Named, NamedSeed};
 use super::load::format_error;
-use super::{node_label, quote, Dim, Fields, GraphError, GraphErrorKind, Interner, Node, NodeId, Sym};
+use super::{node_label, quote, Dim, Fields, GraphError, GraphErrorKind, Inputs, Interner, Name, Node, NodeId, Sym};
 
 /// The key of a node field, matched without allocating for known names.
 enum NodeKey {
@@ -261,7 +261,7 @@ impl Buffers {
         // The name first, so that later messages can show it.
         let name = match raw.name.take() {
             None | Some(Atom::Null) => None,
-            Some(Atom::Str(s)) => Some(s),
+            Some(Atom::Str(s)) => Some(Name::from(s)),
             Some(other) => {
                 return Err(format_error(format!(
                     "{}: the name must be a string, found {other} (field \"name\")",
@@ -289,7 +289,7 @@ impl Buffers {
             None => return Err(format_error(format!("{}: missing field \"op\"", label()))),
         };
         let inputs = match raw.inputs.take() {
-            None => Vec::new(),
+            None => Inputs::new(),
             Some(List::Items(())) => input_ids.as_slice().into(),
             Some(List::Bad(k, other)) => {
                 return Err(format_error(format!(

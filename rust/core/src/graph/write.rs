@@ -35,7 +35,7 @@ impl Serialize for Node {
             m.serialize_entry("name", name)?;
         }
         if !self.inputs.is_empty() {
-            m.serialize_entry("inputs", &self.inputs)?;
+            m.serialize_entry("inputs", self.inputs.as_slice())?;
         }
         if !self.attrs.is_empty() {
             m.serialize_entry("attrs", &self.attrs)?;

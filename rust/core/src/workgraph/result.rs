@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::WorkGraph;
-use crate::graph::{check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, Node, NodeId, Sym};
+use crate::graph::{check_node_fields, check_registry, Graph, GraphError, GraphErrorKind, Inputs, Node, Sym};
 use crate::registry::Registry;
 
 impl WorkGraph<'_> {
@@ -69,7 +69,7 @@ impl WorkGraph<'_> {
         }
         check_registry(created(), registry)?;
         // Nodes whose inputs a forwarding rewrite moved to another id: their id lists, by written position.
-        let mut forwarded: Vec<(usize, Vec<NodeId>)> = self
+        let mut forwarded: Vec<(usize, Inputs)> = self
             .forwarded
             .iter()
             .filter(|&&i| self.hot[i as usize].alive)
