@@ -81,12 +81,12 @@ impl WorkGraph<'_> {
         let n_base = base.len();
         let nodes = match base {
             Cow::Borrowed(nodes) => {
-                let mut added = taken(added);
+                let (mut added, empty) = (added, Sym::from(""));
                 order
                     .iter()
                     .map(|&i| match (i as usize).checked_sub(n_base) {
                         None => nodes[i as usize].clone(),
-                        Some(k) => take(&mut added[k]),
+                        Some(k) => take(&mut added[k], &empty),
                     })
                     .collect()
             }
@@ -134,19 +134,18 @@ impl WorkGraph<'_> {
 /// The nodes of `order` (arena indices: the loaded `nodes`, then `added`), moved out in that order. When every
 /// loaded node comes no earlier than where it is written (each rewrite removed at least as many nodes before a
 /// point as it added), they are moved within `nodes`' own buffer, so the result needs no second array of nodes.
-fn place_owned(mut nodes: Vec<Node>, added: Vec<Node>, order: &[u32]) -> Vec<Node> {
+fn place_owned(mut nodes: Vec<Node>, mut added: Vec<Node>, order: &[u32]) -> Vec<Node> {
     let n_base = nodes.len();
-    let mut added = taken(added);
+    let empty = Sym::from("");
     // (A graph that grew has positions past the loaded nodes: it needs the second array.)
     let in_place =
         order.len() <= n_base && order.iter().enumerate().all(|(p, &i)| i as usize >= n_base || p <= i as usize);
     if !in_place {
-        let empty = Sym::from("");
         return order
             .iter()
             .map(|&i| match (i as usize).checked_sub(n_base) {
-                None => std::mem::replace(&mut nodes[i as usize], Node::new(0, empty.clone())),
-                Some(k) => take(&mut added[k]),
+                None => take(&mut nodes[i as usize], &empty),
+                Some(k) => take(&mut added[k], &empty),
             })
             .collect();
     }
@@ -156,19 +155,15 @@ fn place_owned(mut nodes: Vec<Node>, added: Vec<Node>, order: &[u32]) -> Vec<Nod
         // own sources.
         match (i as usize).checked_sub(n_base) {
             None => nodes.swap(p, i as usize),
-            Some(k) => nodes[p] = take(&mut added[k]),
+            Some(k) => nodes[p] = take(&mut added[k], &empty),
         }
     }
     nodes.truncate(order.len());
     nodes
 }
 
-/// Nodes to be moved out one by one, in any order.
-fn taken(nodes: Vec<Node>) -> Vec<Option<Node>> {
-    nodes.into_iter().map(Some).collect()
-}
-
-/// Move a node out of `slot` (each is moved once; a second move would yield an empty node).
-fn take(slot: &mut Option<Node>) -> Node {
-    slot.take().unwrap_or_else(|| Node::new(0, ""))
+/// Move a node out of `slot`, leaving an empty one (op `empty`) in its place: each node is moved once, in any
+/// order, without a second array to hold them.
+fn take(slot: &mut Node, empty: &Sym) -> Node {
+    std::mem::replace(slot, Node::new(0, empty.clone()))
 }
