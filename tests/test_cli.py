@@ -119,6 +119,20 @@ def test_failure_in_the_middle_of_apply_leaves_input_and_existing_output_untouch
     assert sorted(os.listdir(tmp_path)) == sorted(["model.graph.json", "out.json"])
 
 
+def test_the_program_flushes_its_report_and_exits_with_the_commands_code(graph_file, tmp_path):
+    # `rlx-rules` (app.run) skips the interpreter's teardown: the report, written through a pipe, must still arrive
+    # whole, the output file be in place, and a failure keep its exit code and message.
+    out = tmp_path / "out.json"
+    ok = subprocess.run([sys.executable, "-m", "rlx_rules.cli", "apply", str(graph_file), "-o", str(out), "--json"],
+                        capture_output=True, text=True)
+    assert ok.returncode == ExitCode.OK, ok.stderr
+    assert json.loads(ok.stdout)["rewrites"] > 0
+    assert json.loads(out.read_text())["nodes"]
+    missing = subprocess.run([sys.executable, "-m", "rlx_rules.cli", "apply", str(tmp_path / "nope.json")],
+                             capture_output=True, text=True)
+    assert missing.returncode == ExitCode.GRAPH_ERROR and "nope.json" in missing.stderr
+
+
 def test_console_script_help_lists_examples_and_exit_codes():
     proc = subprocess.run(["rlx-rules", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0

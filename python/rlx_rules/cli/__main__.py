@@ -1,7 +1,5 @@
 """`python -m rlx_rules.cli`: the same as the `rlx-rules` command."""
 
-import sys
+from .app import run
 
-from .app import main
-
-sys.exit(main())
+run()

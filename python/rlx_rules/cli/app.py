@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import NoReturn, Optional, Sequence
 
 from . import EXAMPLES, ExitCode, report_error
 
@@ -44,5 +45,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return report_error(e)
 
 
+def run() -> NoReturn:
+    """The `rlx-rules` program: `main()` on the command line's arguments, then an exit that skips the interpreter's
+    teardown. By then every output file is written, fsynced and renamed, and the command's own threads and worker
+    processes are done; what is left is freeing the graphs (tens of MB) and modules, ~12 ms of a 290k-node apply,
+    which the system does at once at exit. Standard output and error are flushed first, as the teardown would."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: what the teardown would report is lost either way
+            code = code or 120  # what the teardown exits with when it cannot flush standard output
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
