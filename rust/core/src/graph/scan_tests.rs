@@ -259,3 +259,34 @@ fn large_documents_read_in_two_parts_load_as_serde_loads_them() {
     }
     assert!(loaded >= 2, "only {loaded} large documents loaded");
 }
+
+#[test]
+fn two_parts_whose_rooms_are_guessed_too_small_or_too_large_load_as_serde_loads_them() {
+    // The parts' rooms are sized from the nodes just after the cut. Long nodes there and short ones elsewhere
+    // overflow both rooms (their nodes spill into Vecs of their own); the other way round leaves both rooms mostly
+    // unused. Either way the nodes must come out whole and in order.
+    let short = |id: u64| format!(r#"{{"id": {id}, "op": "Relu", "inputs": [{}]}}"#, id - 1);
+    let long = |id: u64| format!(r#"{{"id": {id}, "op": "Relu", "name": "{}{id}", "inputs": [{}]}}"#, "n".repeat(300), id - 1);
+    for long_after_cut in [true, false] {
+        let (outer, inner): (&dyn Fn(u64) -> String, &dyn Fn(u64) -> String) =
+            if long_after_cut { (&short, &long) } else { (&long, &short) };
+        let mut nodes = vec![r#"{"id": 0, "op": "Input", "shape": [1], "dtype": "f32"}"#.to_string()];
+        let mut bytes = 0;
+        for (kind, until) in [(outer, 3_000_000), (inner, 3_600_000), (outer, 6_000_000)] {
+            while bytes < until {
+                nodes.push(kind(nodes.len() as u64));
+                bytes += nodes[nodes.len() - 1].len() + 2;
+            }
+        }
+        let text = format!(r#"{{"format": "rlx-graph", "version": 1, "nodes": [{}], "outputs": [{}]}}"#, nodes.join(", "), nodes.len() - 1);
+        assert!(text.len() > 4 << 20);
+        assert!(agree(&text, &format!("long nodes after the cut: {long_after_cut}")), "did not load");
+    }
+    // Nodes so long that too few follow the cut to guess their size: no rooms, each part fills a Vec of its own.
+    let huge = |id: u64| format!(r#"{{"id": {id}, "op": "Relu", "name": "{}", "inputs": [{}]}}"#, "h".repeat(20_000), id - 1);
+    let nodes: Vec<String> = std::iter::once(r#"{"id": 0, "op": "Input", "shape": [1], "dtype": "f32"}"#.to_string())
+        .chain((1..300).map(huge))
+        .collect();
+    let text = format!(r#"{{"format": "rlx-graph", "version": 1, "nodes": [{}], "outputs": [299]}}"#, nodes.join(", "));
+    assert!(agree(&text, "huge nodes"), "did not load");
+}
