@@ -71,16 +71,16 @@ impl<'a> Room<'a> {
         written.chain(&self.spill)
     }
 
-    /// How many slots hold a node, and the nodes past the room; the room's nodes are the caller's from now on.
-    fn take(mut self) -> (usize, Vec<Node>) {
-        (std::mem::take(&mut self.filled), std::mem::take(&mut self.spill))
+    /// Where the room's nodes are: from now on they are the caller's (the room drops none of them).
+    fn placed(mut self) -> Placed {
+        Placed { at: self.at, filled: std::mem::take(&mut self.filled), spill: std::mem::take(&mut self.spill) }
     }
 }
 
 impl Drop for Room<'_> {
     fn drop(&mut self) {
         for slot in &mut self.slots[..self.filled] {
-            // SAFETY: the first `filled` slots hold nodes written by `push` that nobody else owns (`take` empties it).
+            // SAFETY: the first `filled` slots hold nodes written by `push` that nobody else owns (`placed` empties it).
             unsafe { slot.assume_init_drop() };
         }
     }
@@ -139,14 +139,6 @@ struct Placed {
     at: usize,
     filled: usize,
     spill: Vec<Node>,
-}
-
-impl Room<'_> {
-    fn placed(self) -> Placed {
-        let at = self.at;
-        let (filled, spill) = self.take();
-        Placed { at, filled, spill }
-    }
 }
 
 /// The graph's array of nodes: `all`, whose spare room held the rooms `placed` (in order, the first at its start),

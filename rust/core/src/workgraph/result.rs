@@ -77,11 +77,11 @@ impl WorkGraph<'_> {
             .collect();
         forwarded.sort_unstable_by_key(|&(p, _)| p);
         forwarded.dedup_by_key(|&mut (p, _)| p);
-        let WorkGraph { base, added, name, outputs, extra, .. } = self;
+        let WorkGraph { base, mut added, name, outputs, extra, .. } = self;
         let n_base = base.len();
         let nodes = match base {
             Cow::Borrowed(nodes) => {
-                let (mut added, empty) = (added, Sym::from(""));
+                let empty = Sym::from("");
                 order
                     .iter()
                     .map(|&i| match (i as usize).checked_sub(n_base) {
