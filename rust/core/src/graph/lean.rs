@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
+use thin_vec::ThinVec;
 
 use super::Dim;
 
@@ -175,36 +176,30 @@ impl Interner {
     }
 }
 
-/// A JSON object of node fields (attributes, unknown fields), in the order read: one pointer while empty, as most
-/// are, else one allocation of (key, value) pairs whose keys are shared [`Sym`]s. A node has a handful of them, so
+/// A JSON object of node fields (attributes, unknown fields), in the order read: one pointer, to a shared empty header
+/// while empty, as most are, else to one allocation of its length and (key, value) pairs whose keys are shared [`Sym`]s. A node has a handful of them, so
 /// lookups scan; equality ignores the order, as [`Map`]'s does.
 #[derive(Clone, Default)]
-pub struct Fields(Option<Box<[(Sym, Value)]>>);
+pub struct Fields(ThinVec<(Sym, Value)>);
 
 impl Fields {
     /// No fields.
-    pub const fn new() -> Fields {
-        Fields(None)
+    pub fn new() -> Fields {
+        Fields(ThinVec::new())
     }
 
     /// The fields of `map`, in its order, their keys shared through `interner`.
     pub fn from_map(map: Map<String, Value>, interner: &mut Interner) -> Fields {
-        if map.is_empty() {
-            return Fields(None);
-        }
-        Fields(Some(map.into_iter().map(|(k, v)| (interner.sym(&k), v)).collect()))
+        Fields(map.into_iter().map(|(k, v)| (interner.sym(&k), v)).collect())
     }
 
     /// These fields, in this order (their keys are expected to differ).
     pub(crate) fn from_pairs(pairs: Vec<(Sym, Value)>) -> Fields {
-        if pairs.is_empty() {
-            return Fields(None);
-        }
-        Fields(Some(pairs.into_boxed_slice()))
+        Fields(pairs.into_iter().collect())
     }
 
     fn pairs(&self) -> &[(Sym, Value)] {
-        self.0.as_deref().unwrap_or(&[])
+        &self.0
     }
 
     pub fn len(&self) -> usize {
@@ -212,7 +207,7 @@ impl Fields {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_none()
+        self.0.is_empty()
     }
 
     /// The value of field `key`.
@@ -236,21 +231,18 @@ impl Fields {
 
     /// Set field `key` (in place if present, else last); the previous value, if any.
     pub fn insert(&mut self, key: &str, value: Value) -> Option<Value> {
-        let mut pairs = self.0.take().map(Vec::from).unwrap_or_default();
-        let old = match pairs.iter_mut().find(|(k, _)| *k == key) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => Some(std::mem::replace(v, value)),
             None => {
-                pairs.push((Sym::from(key), value));
+                self.0.push((Sym::from(key), value));
                 None
             }
-        };
-        self.0 = Some(pairs.into_boxed_slice());
-        old
+        }
     }
 
     /// Share the keys through `interner` (for fields built one by one).
     pub(crate) fn intern_keys(&mut self, interner: &mut Interner) {
-        for (k, _) in self.0.iter_mut().flat_map(|p| p.iter_mut()) {
+        for (k, _) in self.0.iter_mut() {
             *k = interner.sym(k);
         }
     }
