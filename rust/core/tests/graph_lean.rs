@@ -47,5 +47,5 @@ fn fields_compare_as_maps_and_insert_in_place() {
 #[test]
 fn a_node_is_small() {
     // The point of the model (issue 16): at a million nodes every byte here is a megabyte.
-    assert!(std::mem::size_of::<Node>() <= 120, "{}", std::mem::size_of::<Node>());
+    assert!(std::mem::size_of::<Node>() <= 104, "{}", std::mem::size_of::<Node>());
 }

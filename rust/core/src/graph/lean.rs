@@ -9,108 +9,137 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use thin_vec::ThinVec;
+use triomphe::ThinArc;
 
 use super::Dim;
 
-/// A string shared by every node that carries it (an op name, a dtype): 16 bytes inline, no allocation per node
-/// when it comes from an [`Interner`]. Compares, hashes and prints as the string.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Sym(Arc<str>);
+/// A string shared by every node that carries it (an op name, a dtype): one pointer inline (to a count, the length
+/// and the bytes, in one allocation), no allocation per node when it comes from an [`Interner`]. Compares, hashes,
+/// orders and prints as the string.
+#[derive(Clone)]
+pub struct Sym(ThinArc<(), u8>);
 
 impl Sym {
     pub fn as_str(&self) -> &str {
-        &self.0
+        // SAFETY: the bytes were copied from a `str` (see `From<&str>`), the only way a Sym is made.
+        unsafe { std::str::from_utf8_unchecked(&self.0.slice) }
     }
 }
 
 impl Deref for Sym {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl Borrow<str> for Sym {
     fn borrow(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl AsRef<str> for Sym {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl From<&str> for Sym {
     fn from(s: &str) -> Sym {
-        Sym(Arc::from(s))
+        Sym(ThinArc::from_header_and_slice((), s.as_bytes()))
     }
 }
 
 impl From<String> for Sym {
     fn from(s: String) -> Sym {
-        Sym(Arc::from(s))
+        Sym::from(s.as_str())
     }
 }
 
 impl From<&String> for Sym {
     fn from(s: &String) -> Sym {
-        Sym(Arc::from(s.as_str()))
+        Sym::from(s.as_str())
     }
 }
 
 impl From<Sym> for String {
     fn from(s: Sym) -> String {
-        s.0.to_string()
+        s.as_str().to_string()
+    }
+}
+
+impl PartialEq for Sym {
+    fn eq(&self, other: &Sym) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Sym {}
+
+impl std::hash::Hash for Sym {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state) // as the str, so that a set of Syms can be looked up by &str (Borrow)
+    }
+}
+
+impl PartialOrd for Sym {
+    fn partial_cmp(&self, other: &Sym) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Sym {
+    fn cmp(&self, other: &Sym) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
     }
 }
 
 impl PartialEq<str> for Sym {
     fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for Sym {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        self.as_str() == *other
     }
 }
 
 impl PartialEq<String> for Sym {
     fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<Sym> for str {
     fn eq(&self, other: &Sym) -> bool {
-        self == &*other.0
+        self == other.as_str()
     }
 }
 
 impl PartialEq<Sym> for &str {
     fn eq(&self, other: &Sym) -> bool {
-        *self == &*other.0
+        *self == other.as_str()
     }
 }
 
 impl fmt::Debug for Sym {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for Sym {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl Serialize for Sym {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.as_str())
     }
 }
 
