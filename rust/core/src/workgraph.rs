@@ -431,7 +431,7 @@ impl<'g> WorkGraph<'g> {
         let op = self.intern_op(&node.op);
         // Share the op, and a shape or dtype that no other node holds yet, with the nodes that have the same.
         node.op = self.op_names[op as usize].clone();
-        if let Some(shape) = node.shape.as_mut().filter(|s| std::sync::Arc::strong_count(s) == 1) {
+        if let Some(shape) = node.shape.as_mut().filter(|s| s.is_unique()) {
             *shape = self.interner.shape(shape);
         }
         if let Some(dtype) = node.dtype.as_mut() {

@@ -1,10 +1,8 @@
 //! The matcher's direct guard checks agree with the expression evaluator: a check holds exactly when its
 //! guard evaluates to true, on every binding of a small graph with shared, repeated, symbolic and missing data.
 
-use std::sync::Arc;
-
 use rlx_rules_core::expr::Env;
-use rlx_rules_core::graph::{Dim, Graph, Node};
+use rlx_rules_core::graph::{Dim, Graph, Node, Shape};
 use rlx_rules_core::prepared::Check;
 use rlx_rules_core::program::{BinOp, Builtin, Expr};
 use rlx_rules_core::workgraph::WorkGraph;
@@ -13,7 +11,7 @@ use serde_json::{json, Value};
 fn node(id: u64, op: &str, inputs: &[u64], shape: Option<Vec<Dim>>, attrs: Value) -> Node {
     let mut n = Node::new(id, op);
     n.inputs = inputs.into();
-    n.shape = shape.map(Arc::from);
+    n.shape = shape.map(Shape::from);
     n.attrs = attrs.as_object().cloned().unwrap_or_default().into();
     n
 }

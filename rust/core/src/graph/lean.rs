@@ -4,7 +4,6 @@ use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -146,8 +145,62 @@ impl Serialize for Sym {
 /// How many recent strings an [`Interner`] compares with before it hashes.
 const RECENT_SYMS: usize = 16;
 
-/// A node's shape, shared by every node of the same shape that one load or apply produced.
-pub type Shape = Arc<[Dim]>;
+/// A node's shape, shared by every node of the same shape that one load or apply produced: one pointer to a count, the
+/// rank and the dims, in one allocation. Reads as a `[Dim]` slice, and compares and hashes as one.
+#[derive(Clone)]
+pub struct Shape(ThinArc<(), Dim>);
+
+impl Shape {
+    /// Whether no other node (or interner) holds this shape.
+    pub fn is_unique(&self) -> bool {
+        ThinArc::strong_count(&self.0) == 1
+    }
+}
+
+impl Deref for Shape {
+    type Target = [Dim];
+    fn deref(&self) -> &[Dim] {
+        &self.0.slice
+    }
+}
+
+impl Borrow<[Dim]> for Shape {
+    fn borrow(&self) -> &[Dim] {
+        self
+    }
+}
+
+impl From<&[Dim]> for Shape {
+    fn from(dims: &[Dim]) -> Shape {
+        Shape(ThinArc::from_header_and_iter((), dims.iter().cloned()))
+    }
+}
+
+impl From<Vec<Dim>> for Shape {
+    fn from(dims: Vec<Dim>) -> Shape {
+        Shape(ThinArc::from_header_and_iter((), dims.into_iter()))
+    }
+}
+
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Shape {}
+
+impl std::hash::Hash for Shape {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (**self).hash(state) // as the slice, so that a set of shapes can be looked up by &[Dim] (Borrow)
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
 
 /// One copy of each op name, dtype and shape seen (by a load, or by the nodes an apply creates). Hashed with
 /// foldhash (a per-process random seed, so hostile names cannot be chosen to collide), which costs a fraction of
@@ -195,7 +248,7 @@ impl Interner {
         let shape = match self.shapes.get(dims) {
             Some(shape) => shape.clone(),
             None => {
-                let shape: Shape = Arc::from(dims);
+                let shape = Shape::from(dims);
                 self.shapes.insert(shape.clone());
                 shape
             }
