@@ -289,4 +289,13 @@ fn two_parts_whose_rooms_are_guessed_too_small_or_too_large_load_as_serde_loads_
         .collect();
     let text = format!(r#"{{"format": "rlx-graph", "version": 1, "nodes": [{}], "outputs": [299]}}"#, nodes.join(", "));
     assert!(agree(&text, "huge nodes"), "did not load");
+    // Node boundaries written inside strings all around the middle: a cut found there is not between two nodes, the
+    // second thread's nodes (written into its room) are dropped, and the first thread reads on to the end.
+    let quoted = |id: u64| format!(r#"{{"id": {id}, "op": "Relu", "name": "}}, {{ {id}", "inputs": [{}]}}"#, id - 1);
+    let nodes: Vec<String> = std::iter::once(r#"{"id": 0, "op": "Input", "shape": [1], "dtype": "f32"}"#.to_string())
+        .chain((1..120_000).map(quoted))
+        .collect();
+    let text = format!(r#"{{"format": "rlx-graph", "version": 1, "nodes": [{}], "outputs": [119999]}}"#, nodes.join(", "));
+    assert!(text.len() > 4 << 20);
+    assert!(agree(&text, "boundaries inside strings"), "did not load");
 }
