@@ -307,7 +307,7 @@ pub(super) fn node(text: &str, pos: usize, interner: &mut Interner, scratch: &mu
         op: op?,
         name,
         inputs: if inputs { scratch.inputs.as_slice().into() } else { Inputs::new() },
-        attrs: if attrs { Fields::from_pairs(scratch.attrs.drain(..).collect()) } else { Fields::new() },
+        attrs: if attrs { Fields::from_pairs(scratch.attrs.drain(..)) } else { Fields::new() },
         shape,
         dtype,
         extra: Fields::new(),

@@ -275,8 +275,8 @@ impl Fields {
         Fields(map.into_iter().map(|(k, v)| (interner.sym(&k), v)).collect())
     }
 
-    /// These fields, in this order (their keys are expected to differ).
-    pub(crate) fn from_pairs(pairs: Vec<(Sym, Value)>) -> Fields {
+    /// These fields, in this order (their keys are expected to differ), collected into one allocation.
+    pub(crate) fn from_pairs(pairs: impl IntoIterator<Item = (Sym, Value)>) -> Fields {
         Fields(pairs.into_iter().collect())
     }
 

@@ -303,8 +303,8 @@ impl Buffers {
             }
         };
         let attrs = match raw.attrs.take() {
-            None => Vec::new(),
-            Some(Attrs::Pairs(None)) => pairs.drain(..).collect(),
+            None => Fields::new(),
+            Some(Attrs::Pairs(None)) => Fields::from_pairs(pairs.drain(..)),
             Some(Attrs::Pairs(Some(key))) => {
                 return Err(format_error(format!(
                     "{}: attribute {} is given twice (field \"attrs\")",
@@ -359,7 +359,7 @@ impl Buffers {
             op,
             name,
             inputs,
-            attrs: Fields::from_pairs(attrs),
+            attrs,
             shape,
             dtype,
             extra: Fields::from_map(std::mem::take(&mut raw.extra), interner),
